@@ -220,20 +220,31 @@ fn chunk_tree_is_independent_of_threads_and_matches_reference() {
 #[test]
 fn progress_reports_every_byte() {
     use std::sync::atomic::{AtomicU64, Ordering};
+    #[derive(Default)]
+    struct Seen {
+        total: AtomicU64,
+        done: AtomicU64,
+    }
+    impl fingerprint::Progress for Seen {
+        fn start(&self, total: u64, _files: usize) {
+            self.total.store(total, Ordering::Relaxed);
+        }
+        fn advance(&self, n: u64) {
+            self.done.fetch_add(n, Ordering::Relaxed);
+        }
+    }
     let a = tempfile::tempdir().unwrap();
     model(a.path());
     write(a.path(), "big.bin", &vec![1u8; (CHUNK_SIZE + 5) as usize]);
-    let seen = AtomicU64::new(0);
-    let cb = |n: u64| {
-        seen.fetch_add(n, Ordering::Relaxed);
-    };
+    let seen = Seen::default();
     let fp = fingerprint_dir(
         a.path(),
         &FingerprintOptions {
             threads: 2,
-            progress: Some(&cb),
+            progress: Some(&seen),
         },
     )
     .unwrap();
-    assert_eq!(seen.load(Ordering::Relaxed), fp.total_bytes);
+    assert_eq!(seen.done.load(Ordering::Relaxed), fp.total_bytes);
+    assert_eq!(seen.total.load(Ordering::Relaxed), fp.total_bytes);
 }

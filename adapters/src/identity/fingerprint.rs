@@ -77,12 +77,22 @@ pub struct DirFingerprint {
     pub total_bytes: u64,
 }
 
+/// Receives fingerprinting progress (a progress bar, a log line), from any worker thread.
+pub trait Progress: Sync {
+    /// Called once, before hashing, with the work ahead.
+    fn start(&self, total_bytes: u64, files: usize) {
+        let _ = (total_bytes, files);
+    }
+    /// Called with the number of bytes just hashed.
+    fn advance(&self, bytes: u64);
+}
+
 /// How to fingerprint.
 pub struct FingerprintOptions<'a> {
     /// Worker threads (at least one).
     pub threads: usize,
-    /// Called with the number of bytes just hashed, from any worker thread.
-    pub progress: Option<&'a (dyn Fn(u64) + Sync)>,
+    /// Progress receiver.
+    pub progress: Option<&'a dyn Progress>,
 }
 
 impl Default for FingerprintOptions<'_> {
@@ -275,6 +285,9 @@ pub fn fingerprint_dir(root: &Path, opts: &FingerprintOptions<'_>) -> Result<Dir
     for (fi, (_, _, size)) in files.iter().enumerate() {
         items.extend((0..chunk_count(*size)).map(|c| (fi, c)));
     }
+    if let Some(p) = opts.progress {
+        p.start(files.iter().map(|(_, _, size)| size).sum(), files.len());
+    }
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
     let first_error: Mutex<Option<Error>> = Mutex::new(None);
@@ -314,7 +327,7 @@ pub fn fingerprint_dir(root: &Path, opts: &FingerprintOptions<'_>) -> Result<Dir
                             Ok(d) => {
                                 out.push((fi, chunk, d));
                                 if let Some(p) = opts.progress {
-                                    p(len);
+                                    p.advance(len);
                                 }
                             }
                             Err(e) => {

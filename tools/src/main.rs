@@ -1,0 +1,108 @@
+//! `orbitkv`: the operator command line. Commands print results on stdout (one JSON document with
+//! `--json`), a one-line reason on stderr when they refuse, and exit with the codes in the README.
+
+mod cmd;
+mod output;
+mod tokens;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit code for success.
+pub const EXIT_OK: u8 = 0;
+/// Exit code for an unexpected internal failure (e.g. stdout closed).
+pub const EXIT_INTERNAL: u8 = 1;
+/// Exit code for refused input or a usage error (clap uses it too).
+pub const EXIT_REFUSED: u8 = 2;
+
+/// A command's failure: its exit code and the one-line reason printed on stderr.
+#[derive(Debug)]
+pub struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    /// Refused input (exit 2).
+    pub fn refused(message: impl Into<String>) -> Self {
+        Self {
+            code: EXIT_REFUSED,
+            message: message.into(),
+        }
+    }
+    /// Internal failure (exit 1).
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self {
+            code: EXIT_INTERNAL,
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Parser)]
+#[command(
+    name = "orbitkv",
+    version,
+    about = "OrbitKV: a KV-state store for LLM inference engines",
+    propagate_version = true
+)]
+struct Cli {
+    /// Print a single JSON document on stdout instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the computation identity of a model directory or hub snapshot.
+    Identity(cmd::identity::IdentityArgs),
+    /// Compute an engine's native prefix hashes, bit-exact with the engine.
+    Hash {
+        #[command(subcommand)]
+        engine: cmd::hash::HashCommand,
+    },
+}
+
+fn init_logging() -> Result<(), Failure> {
+    let level = match std::env::var("ORBITKV_LOG").ok().as_deref() {
+        None | Some("") | Some("warn") => tracing::Level::WARN,
+        Some("error") => tracing::Level::ERROR,
+        Some("info") => tracing::Level::INFO,
+        Some("debug") => tracing::Level::DEBUG,
+        Some("trace") => tracing::Level::TRACE,
+        Some(other) => {
+            return Err(Failure::refused(format!(
+                "ORBITKV_LOG: unknown level {other:?} (error, warn, info, debug, trace)"
+            )));
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level)
+        .with_target(false)
+        .init();
+    Ok(())
+}
+
+fn run(cli: Cli) -> Result<(), Failure> {
+    init_logging()?;
+    let out = output::Output::new(cli.json);
+    match cli.command {
+        Command::Identity(args) => cmd::identity::run(&args, &out),
+        Command::Hash { engine } => cmd::hash::run(&engine, &out),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::from(EXIT_OK),
+        Err(f) => {
+            eprintln!("orbitkv: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
