@@ -42,7 +42,8 @@ impl ParallelShape {
 
     /// Number of ranks, refused when a factor is zero or the product exceeds [`MAX_WORLD`].
     pub fn world(&self) -> Result<u32> {
-        let world = u64::from(self.tensor) * u64::from(self.pipeline) * u64::from(self.context);
+        // u128: the product of three u32 cannot overflow it.
+        let world = u128::from(self.tensor) * u128::from(self.pipeline) * u128::from(self.context);
         if self.tensor == 0 || self.pipeline == 0 || self.context == 0 {
             return Err(Error::InvalidLayout {
                 reason: "every parallel factor must be at least 1".to_owned(),
@@ -423,6 +424,16 @@ pub(crate) mod tests {
                 attention_backend: l("FLASH_ATTN"),
             },
         }
+    }
+
+    #[test]
+    fn huge_parallel_factors_are_refused_not_overflowed() {
+        let p = ParallelShape {
+            tensor: u32::MAX,
+            pipeline: u32::MAX,
+            context: u32::MAX,
+        };
+        assert!(p.world().is_err());
     }
 
     #[test]

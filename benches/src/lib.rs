@@ -1,0 +1,58 @@
+//! Shared bench support: a recorder that keeps the per-iteration times criterion measured through
+//! `iter_custom`, so each bench can print its subject/baseline ratio from the same run.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+static TIMES: Mutex<BTreeMap<String, Vec<f64>>> = Mutex::new(BTreeMap::new());
+
+/// Records that `iters` iterations of `id` took `elapsed`, and returns `elapsed` for criterion.
+pub fn record(id: &str, iters: u64, elapsed: Duration) -> Duration {
+    if iters > 0
+        && let Ok(mut t) = TIMES.lock()
+    {
+        t.entry(id.to_owned())
+            .or_default()
+            .push(elapsed.as_secs_f64() / iters as f64);
+    }
+    elapsed
+}
+
+/// Median seconds per iteration of `id`, if it ran.
+pub fn median(id: &str) -> Option<f64> {
+    let t = TIMES.lock().ok()?;
+    let mut v = t.get(id)?.clone();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
+/// Which way the target points.
+#[derive(Debug, Clone, Copy)]
+pub enum Target {
+    /// The ratio must be at least this.
+    AtLeast(f64),
+    /// The ratio must be at most this.
+    AtMost(f64),
+}
+
+/// Prints `name: ratio = value(a) / value(b)` with the target, where `value` is throughput
+/// (`bytes / median time`) when `per_byte` is given, else the median time itself.
+pub fn report(name: &str, subject: &str, baseline: &str, ratio_of_times: bool, target: Target) {
+    let (Some(s), Some(b)) = (median(subject), median(baseline)) else {
+        println!("RATIO {name}: not measured (filtered out)");
+        return;
+    };
+    // Throughput ratio = baseline time / subject time; time ratio = subject time / baseline time.
+    let ratio = if ratio_of_times { s / b } else { b / s };
+    let (ok, bound) = match target {
+        Target::AtLeast(t) => (ratio >= t, format!(">= {t}")),
+        Target::AtMost(t) => (ratio <= t, format!("<= {t}")),
+    };
+    println!(
+        "RATIO {name}: {ratio:.4} (target {bound}: {}) [{subject}: {:.3} ms, {baseline}: {:.3} ms]",
+        if ok { "met" } else { "NOT met" },
+        s * 1e3,
+        b * 1e3
+    );
+}
