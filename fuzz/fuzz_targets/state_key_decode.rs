@@ -7,7 +7,12 @@ use orbitkv_state::{KeyHash, StateKey};
 fuzz_target!(|data: &[u8]| {
     if let Ok(k) = StateKey::decode(data) {
         assert_eq!(k.encode(), data);
-        let _ = (k.hash.domain(), k.hash.group(), k.hash.component(), k.hash.rank());
+        let _ = (
+            k.hash.domain(),
+            k.hash.group(),
+            k.hash.component(),
+            k.hash.rank(),
+        );
     }
     if let Ok((h, used)) = KeyHash::decode_prefix(data) {
         assert_eq!(h.as_bytes(), &data[..used]);

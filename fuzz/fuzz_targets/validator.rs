@@ -34,21 +34,38 @@ fuzz_target!(|data: &[u8]| {
         let block = 1 + u64::from(b.u8() % 8);
         let (rule, component) = match b.u8() % 4 {
             0 => (Rule::Prefix, Component::DenseKv),
-            1 => (Rule::Window { tokens: 2 + b.u16() % 64 }, Component::SlidingWindowKv),
-            2 => (Rule::Checkpoint { grid: 1 + b.u16() % 64 }, Component::ConvState),
+            1 => (
+                Rule::Window {
+                    tokens: 2 + b.u16() % 64,
+                },
+                Component::SlidingWindowKv,
+            ),
+            2 => (
+                Rule::Checkpoint {
+                    grid: 1 + b.u16() % 64,
+                },
+                Component::ConvState,
+            ),
             _ => (Rule::Prefix, Component::Mla),
         };
-        let ranks = if b.u8() % 4 == 0 { Ranks::Replicated } else { Ranks::Sharded(1 + u32::from(b.u8() % 3)) };
+        let ranks = if b.u8() % 4 == 0 {
+            Ranks::Replicated
+        } else {
+            Ranks::Sharded(1 + u32::from(b.u8() % 3))
+        };
         groups.push(GroupContract {
             group: CacheGroupId(id),
             component,
             rule,
             block_tokens: block,
             ranks,
-            formats: (0..ranks.slots()).map(|s| FormatDigest([(id * 4 + s) as u8; 32])).collect(),
+            formats: (0..ranks.slots())
+                .map(|s| FormatDigest([(id * 4 + s) as u8; 32]))
+                .collect(),
         });
     }
-    let Ok(contract) = RecoveryContract::from_groups(ns, HashDomain::SglangSha256, groups.clone()) else {
+    let Ok(contract) = RecoveryContract::from_groups(ns, HashDomain::SglangSha256, groups.clone())
+    else {
         return;
     };
     let mut evidence = Vec::new();
@@ -60,16 +77,35 @@ fuzz_target!(|data: &[u8]| {
         };
         let start = b.u16();
         let len = 1 + b.u16() % 80;
-        let Ok(range) = TokenRange::new(start, start + len) else { continue };
-        let format = FormatDigest([b.u8() % 16; 32]);
-        let native = [b.u8(); 32];
-        let Ok(key) = StateKey::new(ns, HashDomain::SglangSha256, &native, g.group, g.component, rank) else {
+        let Ok(range) = TokenRange::new(start, start + len) else {
             continue;
         };
-        evidence.push(RecordEvidence { key, range, component: g.component, group: g.group, rank, format });
+        let format = FormatDigest([b.u8() % 16; 32]);
+        let native = [b.u8(); 32];
+        let Ok(key) = StateKey::new(
+            ns,
+            HashDomain::SglangSha256,
+            &native,
+            g.group,
+            g.component,
+            rank,
+        ) else {
+            continue;
+        };
+        evidence.push(RecordEvidence {
+            key,
+            range,
+            component: g.component,
+            group: g.group,
+            rank,
+            format,
+        });
     }
     let origin = b.u16();
-    let request = RestoreRequest { origin, end: origin + b.u16() };
+    let request = RestoreRequest {
+        origin,
+        end: origin + b.u16(),
+    };
     let v = validate(&contract, request, &evidence);
     let excluded: Vec<usize> = v.excluded.iter().map(|e| e.index).collect();
     if let Outcome::Restore(p) = &v.outcome {
