@@ -131,7 +131,7 @@ pub struct RecoveryContract {
 impl RecoveryContract {
     /// Compiles `rules` (one per layout group) against the instance's layout. A rule that does not
     /// fit its group's component, a group without a rule, or a rule for an unknown group is
-    /// refused.
+    /// refused; then every check of [`RecoveryContract::from_groups`] applies.
     pub fn compile(
         namespace: Namespace,
         domain: HashDomain,
@@ -160,28 +160,6 @@ impl RecoveryContract {
                     reason: "no recovery rule declared".to_owned(),
                 });
             };
-            if !rule.fits(spec.component) {
-                return Err(Error::RuleMismatch {
-                    group: spec.id,
-                    rule: rule.name(),
-                    component: spec.component,
-                });
-            }
-            match rule {
-                Rule::Window { tokens } if tokens < 2 => {
-                    return Err(Error::InvalidContract {
-                        group: spec.id,
-                        reason: "a window must span at least 2 tokens".to_owned(),
-                    });
-                }
-                Rule::Checkpoint { grid: 0 } => {
-                    return Err(Error::InvalidContract {
-                        group: spec.id,
-                        reason: "checkpoint grid must be positive".to_owned(),
-                    });
-                }
-                _ => {}
-            }
             let replicated =
                 spec.formats.len() == 1 && spec.formats[0].rank == RankSpec::Replicated;
             let ranks = if replicated {
@@ -198,15 +176,13 @@ impl RecoveryContract {
                 formats: spec.formats.iter().map(|f| f.digest()).collect(),
             });
         }
-        Ok(Self {
-            namespace,
-            domain,
-            groups,
-        })
+        Self::from_groups(namespace, domain, groups)
     }
 
-    /// Builds a contract directly from group rules (for callers that already hold digests).
-    /// Groups are sorted by id; the same checks as [`RecoveryContract::compile`] apply.
+    /// Builds a contract from group rules (for callers that already hold format digests). Groups
+    /// are sorted by id; refused: duplicate groups, a rule that does not fit its component, a zero
+    /// block size, a format count that does not match the rank slots, a window under 2 tokens, a
+    /// zero checkpoint grid.
     pub fn from_groups(
         namespace: Namespace,
         domain: HashDomain,
