@@ -37,6 +37,12 @@ pub enum Error {
         /// The path.
         path: PathBuf,
     },
+    /// The model argument names something that is not a directory.
+    #[error("{}: not a directory (a model directory holds config.json and the weights)", path.display())]
+    NotADirectory {
+        /// The path.
+        path: PathBuf,
+    },
     /// A path that is not UTF-8 cannot be named canonically.
     #[error("{}: path is not valid UTF-8", path.display())]
     NonUtf8Path {
@@ -101,8 +107,8 @@ pub enum Error {
         /// The revision given.
         revision: String,
     },
-    /// The hub id was given without `--revision`.
-    #[error("{repo}: a hub model needs --revision <40-hex commit>")]
+    /// An `org/name` argument that is no local directory, given without `--revision`.
+    #[error("{repo}: no such directory; read as a hub id it needs --revision <40-hex commit>")]
     HubRevisionMissing {
         /// The id given.
         repo: String,
@@ -114,7 +120,9 @@ pub enum Error {
         path: PathBuf,
     },
     /// No hub cache location could be determined.
-    #[error("no hub cache: pass --hub-cache DIR or set HF_HUB_CACHE or HF_HOME")]
+    #[error(
+        "no hub cache: pass --hub-cache DIR or set HF_HUB_CACHE, HF_HOME, XDG_CACHE_HOME or HOME"
+    )]
     NoHubCache,
     /// Neither an existing directory nor an `org/name` hub id.
     #[error("{0:?}: neither a model directory nor an org/name hub id")]

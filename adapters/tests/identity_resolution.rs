@@ -163,3 +163,21 @@ fn hub_snapshot_resolves_only_full_commits_from_the_local_cache() {
         Err(Error::UnknownModel(_))
     ));
 }
+
+#[test]
+fn model_argument_errors_say_what_is_wrong() {
+    let a = tempfile::tempdir().unwrap();
+    model(a.path(), "{}");
+    let file = a.path().join("config.json");
+    let no_cache = || -> Result<std::path::PathBuf, Error> { Err(Error::NoHubCache) };
+    assert!(matches!(
+        ModelSource::from_arg(file.to_str().unwrap(), None, no_cache),
+        Err(Error::NotADirectory { .. })
+    ));
+    let err = ModelSource::from_arg("models/llama", None, no_cache).unwrap_err();
+    assert!(err.to_string().contains("no such directory"), "{err}");
+    assert!(matches!(
+        ModelSource::from_arg(a.path().to_str().unwrap(), Some("main"), no_cache),
+        Err(Error::HubRepo { .. })
+    ));
+}

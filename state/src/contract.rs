@@ -173,14 +173,17 @@ impl RecoveryContract {
                 rule,
                 block_tokens: u64::from(spec.block_tokens),
                 ranks,
-                formats: spec.formats.iter().map(|f| f.digest()).collect(),
+                formats: layout
+                    .format_digests(spec.id)
+                    .map(<[FormatDigest]>::to_vec)
+                    .unwrap_or_default(),
             });
         }
         Self::from_groups(namespace, domain, groups)
     }
 
     /// Builds a contract from group rules (for callers that already hold format digests). Groups
-    /// are sorted by id; refused: duplicate groups, a rule that does not fit its component, a zero
+    /// are sorted by id; refused: no groups, duplicate groups, a rule that does not fit its component, a zero
     /// block size, a format count that does not match the rank slots, a window under 2 tokens, a
     /// zero checkpoint grid.
     pub fn from_groups(
@@ -189,6 +192,12 @@ impl RecoveryContract {
         mut groups: Vec<GroupContract>,
     ) -> Result<Self> {
         groups.sort_by_key(|g| g.group);
+        if groups.is_empty() {
+            return Err(Error::InvalidContract {
+                group: CacheGroupId(0),
+                reason: "a contract needs at least one group".to_owned(),
+            });
+        }
         for (i, g) in groups.iter().enumerate() {
             let invalid = |reason: &str| Error::InvalidContract {
                 group: g.group,

@@ -239,15 +239,22 @@ impl StateFormat {
         Ok(())
     }
 
-    /// Canonical encoding (docs/format.md, "StateFormat").
-    pub fn encode(&self) -> Vec<u8> {
+    /// Canonical encoding (docs/format.md, "StateFormat"); refused unless the format validates,
+    /// so an inconsistent format never gets an encoding or a digest.
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        self.validate()?;
+        Ok(self.encode_valid())
+    }
+
+    /// The encoding of a format already validated (axis count ≤ [`MAX_DIMS`]).
+    fn encode_valid(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(128);
         w.u16(FORMAT_VERSION)
             .bytes16(self.dtype.as_str().as_bytes())
             .bytes16(self.kv_quant.as_str().as_bytes())
             .u32(self.block_tokens)
             .u32(self.layers)
-            .u8(u8::try_from(self.layout.len()).unwrap_or(u8::MAX));
+            .u8(self.layout.len() as u8);
         for a in &self.layout {
             w.u8(a.dim.code()).u64(a.extent).u64(a.stride);
         }
@@ -327,9 +334,16 @@ impl StateFormat {
         Ok(format)
     }
 
-    /// The format digest: SHA-256(domain ‖ encoding).
-    pub fn digest(&self) -> FormatDigest {
-        FormatDigest(domain_digest(FORMAT_DOMAIN, &self.encode()))
+    /// The format digest: SHA-256(domain ‖ encoding); refused unless the format validates.
+    pub fn digest(&self) -> Result<FormatDigest> {
+        Ok(self.encode_and_digest()?.1)
+    }
+
+    /// Both the encoding and its digest, validating once.
+    pub(crate) fn encode_and_digest(&self) -> Result<(Vec<u8>, FormatDigest)> {
+        let enc = self.encode()?;
+        let digest = FormatDigest(domain_digest(FORMAT_DOMAIN, &enc));
+        Ok((enc, digest))
     }
 }
 
@@ -440,14 +454,20 @@ pub(crate) mod tests {
     fn round_trips_and_digest_depends_on_rank() {
         let f = sample(RankSpec::Rank(1));
         f.validate().unwrap();
-        assert_eq!(StateFormat::decode(&f.encode()).unwrap(), f);
-        assert_ne!(f.digest(), sample(RankSpec::Rank(0)).digest());
-        assert_ne!(f.digest(), sample(RankSpec::Replicated).digest());
+        assert_eq!(StateFormat::decode(&f.encode().unwrap()).unwrap(), f);
+        assert_ne!(
+            f.digest().unwrap(),
+            sample(RankSpec::Rank(0)).digest().unwrap()
+        );
+        assert_ne!(
+            f.digest().unwrap(),
+            sample(RankSpec::Replicated).digest().unwrap()
+        );
     }
 
     #[test]
     fn decode_rejects_malformed() {
-        let bytes = sample(RankSpec::Rank(0)).encode();
+        let bytes = sample(RankSpec::Rank(0)).encode().unwrap();
         for cut in 0..bytes.len() {
             assert!(StateFormat::decode(&bytes[..cut]).is_err(), "cut {cut}");
         }
@@ -461,6 +481,20 @@ pub(crate) mod tests {
             Err(Error::UnsupportedVersion { .. })
         ));
         let out_of_world = sample(RankSpec::Rank(2));
-        assert!(StateFormat::decode(&out_of_world.encode()).is_err());
+        assert!(out_of_world.encode().is_err() && out_of_world.digest().is_err());
+        let mut bytes = sample(RankSpec::Rank(0)).encode_valid();
+        // Patch the rank field (after the last axis and the head and parallel shapes) to 2.
+        let rank_at = bytes.len() - (1 + 2 + 6 + 2 + 10) - 4;
+        bytes[rank_at..rank_at + 4].copy_from_slice(&2u32.to_le_bytes());
+        assert!(StateFormat::decode(&bytes).is_err());
+        let mut too_many = sample(RankSpec::Rank(0));
+        too_many.layout = (0..300)
+            .map(|i| Axis {
+                dim: Dim::State,
+                extent: 1,
+                stride: i,
+            })
+            .collect();
+        assert!(too_many.encode().is_err());
     }
 }

@@ -4,7 +4,7 @@
 use crate::codec::{Writer, len_u32};
 use crate::component::{CacheGroupId, Component};
 use crate::error::{Error, Result};
-use crate::format::{ParallelShape, RankSpec, StateFormat, domain_digest};
+use crate::format::{FormatDigest, ParallelShape, RankSpec, StateFormat, domain_digest};
 
 /// Current StorageLayout encoding version.
 pub const LAYOUT_VERSION: u16 = 1;
@@ -29,11 +29,15 @@ pub struct CacheGroupSpec {
 }
 
 /// The registered geometry of an instance; built only through [`StorageLayout::new`], which
-/// validates it and puts groups in canonical (id) order.
+/// validates it, puts groups in canonical (id) order and computes its encoding and digests once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StorageLayout {
     parallel: ParallelShape,
     groups: Vec<CacheGroupSpec>,
+    /// Per group (same order), the digest of each format.
+    format_digests: Vec<Vec<FormatDigest>>,
+    encoding: Vec<u8>,
+    digest: [u8; 32],
 }
 
 impl StorageLayout {
@@ -102,7 +106,36 @@ impl StorageLayout {
                 }
             }
         }
-        Ok(Self { parallel, groups })
+        let mut w = Writer::with_capacity(256);
+        w.u16(LAYOUT_VERSION)
+            .u32(parallel.tensor)
+            .u32(parallel.pipeline)
+            .u32(parallel.context)
+            .u32(len_u32(groups.len()));
+        let mut format_digests = Vec::with_capacity(groups.len());
+        for g in &groups {
+            w.u32(g.id.0)
+                .u8(g.component.code())
+                .u32(g.block_tokens)
+                .u64(g.page_bytes)
+                .u32(len_u32(g.formats.len()));
+            let mut digests = Vec::with_capacity(g.formats.len());
+            for f in &g.formats {
+                let (enc, digest) = f.encode_and_digest()?;
+                digests.push(digest);
+                w.u32(len_u32(enc.len())).raw(&enc);
+            }
+            format_digests.push(digests);
+        }
+        let encoding = w.into_bytes();
+        let digest = domain_digest(LAYOUT_DOMAIN, &encoding);
+        Ok(Self {
+            parallel,
+            groups,
+            format_digests,
+            encoding,
+            digest,
+        })
     }
 
     /// The instance's parallel shape.
@@ -121,31 +154,22 @@ impl StorageLayout {
             .map(|i| &self.groups[i])
     }
 
+    /// The format digests of group `id`, in rank order (one when replicated).
+    pub fn format_digests(&self, id: CacheGroupId) -> Option<&[FormatDigest]> {
+        self.groups
+            .binary_search_by_key(&id, |g| g.id)
+            .ok()
+            .map(|i| self.format_digests[i].as_slice())
+    }
+
     /// Canonical encoding (docs/format.md, "StorageLayout").
-    pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::with_capacity(256);
-        w.u16(LAYOUT_VERSION)
-            .u32(self.parallel.tensor)
-            .u32(self.parallel.pipeline)
-            .u32(self.parallel.context)
-            .u32(len_u32(self.groups.len()));
-        for g in &self.groups {
-            w.u32(g.id.0)
-                .u8(g.component.code())
-                .u32(g.block_tokens)
-                .u64(g.page_bytes)
-                .u32(len_u32(g.formats.len()));
-            for f in &g.formats {
-                let enc = f.encode();
-                w.u32(len_u32(enc.len())).raw(&enc);
-            }
-        }
-        w.into_bytes()
+    pub fn encode(&self) -> &[u8] {
+        &self.encoding
     }
 
     /// SHA-256(domain ‖ encoding).
     pub fn digest(&self) -> [u8; 32] {
-        domain_digest(LAYOUT_DOMAIN, &self.encode())
+        self.digest
     }
 }
 

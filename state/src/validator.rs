@@ -135,7 +135,16 @@ pub enum Recompute {
         /// The token whose records conflict.
         at: u64,
     },
-    /// Other ranks of the group have records, this one has none.
+    /// The record covering `at` ends past the request's end, so no boundary lies inside it.
+    PastEnd {
+        /// The group.
+        group: CacheGroupId,
+        /// The rank.
+        rank: RankSpec,
+        /// The token it covers.
+        at: u64,
+    },
+    /// Other ranks of the group have agreeing records, this one has none.
     MissingRank {
         /// The group.
         group: CacheGroupId,
@@ -176,6 +185,12 @@ impl fmt::Display for Recompute {
             }
             Recompute::Duplicate { group, rank, at } => {
                 write!(f, "group {group} {rank}: duplicate records at {at}")
+            }
+            Recompute::PastEnd { group, rank, at } => {
+                write!(
+                    f,
+                    "group {group} {rank}: the record at {at} ends past the request"
+                )
             }
             Recompute::MissingRank { group, rank } => {
                 write!(f, "group {group}: no records for {rank}")
@@ -400,43 +415,55 @@ pub fn validate(
     }
 }
 
-/// Marks every record of an overlapping cluster ambiguous and reports it.
+/// Marks every record of an overlapping cluster ambiguous and reports it, in one pass over the
+/// sorted bucket (identical ranges are adjacent there).
 fn mark_ambiguous(b: &mut Bucket, evidence: &[RecordEvidence], excluded: &mut Vec<Exclusion>) {
-    b.ambiguous = vec![false; b.sorted.len()];
+    let n = b.sorted.len();
+    b.ambiguous = vec![false; n];
+    let range = |pos: usize| evidence[b.sorted[pos]].range;
     let mut cluster_start = 0usize;
     let mut cluster_end = 0u64;
-    for pos in 0..=b.sorted.len() {
-        let next = b.sorted.get(pos).map(|&i| evidence[i].range);
-        let closes = match next {
-            None => true,
-            Some(r) => pos == 0 || r.start() >= cluster_end,
-        };
-        if closes {
-            if pos - cluster_start > 1 {
-                let members = &b.sorted[cluster_start..pos];
-                for (k, &i) in members.iter().enumerate() {
-                    b.ambiguous[cluster_start + k] = true;
-                    let r = evidence[i].range;
-                    let identical = members.iter().find(|&&j| j != i && evidence[j].range == r);
-                    let reason = match identical {
-                        Some(&with) => Disagreement::Duplicate { with },
-                        None => {
-                            let with = members
-                                .iter()
-                                .copied()
-                                .find(|&j| j != i && evidence[j].range.overlaps(r))
-                                .unwrap_or(members[usize::from(k == 0)]);
-                            Disagreement::Overlap { with }
-                        }
-                    };
-                    excluded.push(Exclusion { index: i, reason });
+    for pos in 0..=n {
+        let closes = pos == n || pos == 0 || range(pos).start() >= cluster_end;
+        if closes && pos > cluster_start + 1 {
+            // Every member of [cluster_start, pos) overlaps another member.
+            let mut widest = cluster_start;
+            for k in cluster_start..pos {
+                b.ambiguous[k] = true;
+                let r = range(k);
+                let twin = if k > cluster_start && range(k - 1) == r {
+                    Some(k - 1)
+                } else if k + 1 < pos && range(k + 1) == r {
+                    Some(k + 1)
+                } else {
+                    None
+                };
+                let reason = match twin {
+                    Some(t) => Disagreement::Duplicate { with: b.sorted[t] },
+                    // The first member overlaps the second; a later one overlaps the earlier
+                    // member reaching furthest (that is why it joined the cluster).
+                    None if k == cluster_start => Disagreement::Overlap {
+                        with: b.sorted[k + 1],
+                    },
+                    None => Disagreement::Overlap {
+                        with: b.sorted[widest],
+                    },
+                };
+                excluded.push(Exclusion {
+                    index: b.sorted[k],
+                    reason,
+                });
+                if r.end() > range(widest).end() {
+                    widest = k;
                 }
             }
+        }
+        if closes {
             cluster_start = pos;
             cluster_end = 0;
         }
-        if let Some(r) = next {
-            cluster_end = cluster_end.max(r.end());
+        if pos < n {
+            cluster_end = cluster_end.max(range(pos).end());
         }
     }
 }
@@ -539,6 +566,24 @@ fn records_to_load(
     usable[lo..hi].to_vec()
 }
 
+/// The ambiguous record of the bucket that best explains an empty candidate set: the first one
+/// covering `at`, or with `any_after`, the first one ending after `at`. Returns (token, duplicate?).
+fn ambiguity(
+    b: &Bucket,
+    evidence: &[RecordEvidence],
+    at: u64,
+    any_after: bool,
+) -> Option<(u64, bool)> {
+    let pos = (0..b.sorted.len()).find(|&p| {
+        let r = evidence[b.sorted[p]].range;
+        b.ambiguous[p] && (r.contains(at) || (any_after && r.end() > at))
+    })?;
+    let r = evidence[b.sorted[pos]].range;
+    let twin = |q: usize| evidence[b.sorted[q]].range == r;
+    let duplicate = (pos > 0 && twin(pos - 1)) || (pos + 1 < b.sorted.len() && twin(pos + 1));
+    Some((r.start().max(at), duplicate))
+}
+
 fn empty_reason(
     b: &Bucket,
     buckets: &[Bucket],
@@ -549,38 +594,44 @@ fn empty_reason(
     let g = &groups[b.group];
     let rank = g.ranks.rank_of_slot(b.slot);
     let group = g.group;
-    if b.usable.is_empty()
+    if b.sorted.is_empty()
         && buckets
             .iter()
-            .any(|o| o.group == b.group && !o.usable.is_empty())
+            .any(|o| o.group == b.group && !o.sorted.is_empty())
     {
         return Recompute::MissingRank { group, rank };
     }
+    let conflict = |at: u64, any_after: bool| {
+        ambiguity(b, evidence, at, any_after).map(|(at, duplicate)| {
+            if duplicate {
+                Recompute::Duplicate { group, rank, at }
+            } else {
+                Recompute::Overlap { group, rank, at }
+            }
+        })
+    };
     match g.rule {
         Rule::Prefix => {
             let at = req.origin;
-            let conflict = b
-                .sorted
+            if let Some(reason) = conflict(at, false) {
+                return reason;
+            }
+            let covering = b
+                .usable
                 .iter()
-                .zip(&b.ambiguous)
-                .find(|(i, amb)| **amb && evidence[**i].range.contains(at));
-            match conflict {
-                Some((&i, _)) => {
-                    let dup = b
-                        .sorted
-                        .iter()
-                        .any(|&j| j != i && evidence[j].range == evidence[i].range);
-                    if dup {
-                        Recompute::Duplicate { group, rank, at }
-                    } else {
-                        Recompute::Overlap { group, rank, at }
-                    }
-                }
-                None => Recompute::Gap { group, rank, at },
+                .any(|&i| evidence[i].range.contains(at) && evidence[i].range.end() > req.end);
+            if covering {
+                Recompute::PastEnd { group, rank, at }
+            } else {
+                Recompute::Gap { group, rank, at }
             }
         }
-        Rule::Window { .. } => Recompute::WindowIncomplete { group, rank },
-        Rule::Checkpoint { .. } => Recompute::NoCheckpoint { group, rank },
+        Rule::Window { .. } => {
+            conflict(req.origin, true).unwrap_or(Recompute::WindowIncomplete { group, rank })
+        }
+        Rule::Checkpoint { .. } => {
+            conflict(req.origin, true).unwrap_or(Recompute::NoCheckpoint { group, rank })
+        }
         Rule::Undefined => Recompute::UnsupportedComponent {
             group,
             component: g.component,

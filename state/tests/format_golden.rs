@@ -33,7 +33,7 @@ fn state_format_seed_matches_the_byte_table() {
     assert_eq!(f.rank, RankSpec::Rank(1));
     assert_eq!(f.compat.engine, EngineKind::Vllm);
     assert_eq!(f.compat.attention_backend.as_str(), "FLASH_ATTN");
-    assert_eq!(f.encode(), bytes);
+    assert_eq!(f.encode().unwrap(), bytes);
 
     let r = StateFormat::decode(&seed("state_format_decode", "replicated_sglang")).unwrap();
     assert_eq!(r.rank, RankSpec::Replicated);

@@ -11,8 +11,8 @@ mod common;
 
 use common::*;
 use orbitkv_state::{
-    GroupContract, Namespace, Outcome, RankSpec, Ranks, RecordEvidence, RecoveryContract,
-    RestoreRequest, Rule, StateKey, TokenRange, validate,
+    CacheGroupId, Component, GroupContract, HashDomain, Namespace, Outcome, RankSpec, Ranks,
+    RecordEvidence, RecoveryContract, RestoreRequest, Rule, StateKey, TokenRange, validate,
 };
 use proptest::prelude::*;
 
@@ -150,20 +150,52 @@ fn build(groups: &[GroupContract], raws: &[Raw]) -> Vec<RecordEvidence> {
                 }
             };
             let mut r = record(g, rank, start, end, salt);
+            let rekey = |r: &RecordEvidence, ns, domain: HashDomain, group, component, rank| {
+                StateKey::new(
+                    ns,
+                    domain,
+                    &r.key.hash.native()[..domain.native_len()],
+                    group,
+                    component,
+                    rank,
+                )
+                .unwrap()
+            };
             match corrupt % 16 {
                 0 => r.format = format_digest(99, 0),
-                1 => {
-                    r.key = StateKey::new(
-                        Namespace([2; 32]),
-                        DOMAIN,
-                        r.key.hash.native(),
+                1 => r.key = rekey(&r, Namespace([2; 32]), DOMAIN, r.group, r.component, r.rank),
+                2 => {
+                    r.key = rekey(
+                        &r,
+                        NS,
+                        HashDomain::SglangSha256,
                         r.group,
                         r.component,
                         r.rank,
                     )
-                    .unwrap()
                 }
-                2 => r.range = TokenRange::new(start, end).unwrap(),
+                3 => {
+                    r.group = CacheGroupId(77);
+                    r.key = rekey(&r, NS, DOMAIN, r.group, r.component, r.rank);
+                }
+                4 => {
+                    r.rank = RankSpec::Rank(5);
+                    r.key = rekey(&r, NS, DOMAIN, r.group, r.component, r.rank);
+                }
+                5 => {
+                    r.key = rekey(
+                        &r,
+                        NS,
+                        DOMAIN,
+                        CacheGroupId(r.group.0 + 1),
+                        r.component,
+                        r.rank,
+                    )
+                }
+                6 => {
+                    r.component = Component::Auxiliary;
+                    r.key = rekey(&r, NS, DOMAIN, r.group, r.component, r.rank);
+                }
                 _ => {}
             }
             r
@@ -181,14 +213,12 @@ proptest! {
         dense in prop::collection::vec(prop::option::weighted(0.8, (prop_oneof![3 => Just(0u64), 1 => 0u64..24], 0u64..24)), 3),
         origin in prop_oneof![Just(0u64), 0u64..30],
         len in 0u64..60,
+        rotation in any::<usize>(),
     ) {
         let groups: Vec<GroupContract> = rules
             .iter()
             .enumerate()
-            .map(|(i, &(rule, block, ranks))| {
-                let ranks = if matches!(rule, Rule::Prefix) { ranks } else { Ranks::Sharded(ranks.slots().max(1)) };
-                group(i as u32, rule, block, ranks)
-            })
+            .map(|(i, &(rule, block, ranks))| group(i as u32, rule, block, ranks))
             .collect();
         let c = contract(groups.clone());
         let mut ev = build(&groups, &raws);
@@ -209,6 +239,9 @@ proptest! {
                 _ => ev.extend(pages(g, from, to)),
             }
         }
+        // Evidence order must not matter.
+        let rotate = if ev.is_empty() { 0 } else { rotation % ev.len() };
+        ev.rotate_left(rotate);
         let req = RestoreRequest { origin, end: origin + len };
         let v = validate(&c, req, &ev);
         let want = oracle(&c, &ev, req);

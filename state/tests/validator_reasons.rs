@@ -229,3 +229,117 @@ fn replicated_groups_take_one_record_per_page() {
     let v = validate(&c, req(0, 8), &[bad]);
     assert_eq!(v.excluded[0].reason, Disagreement::Rank);
 }
+
+#[test]
+fn ambiguity_is_named_for_every_rule_and_not_taken_for_a_missing_rank() {
+    // Rank 1's only page is duplicated: a duplicate, not a missing rank.
+    let g = group(0, Rule::Prefix, 4, Ranks::Sharded(2));
+    let c = contract(vec![g.clone()]);
+    let ev = vec![
+        record(&g, RankSpec::Rank(0), 0, 4, 0),
+        record(&g, RankSpec::Rank(1), 0, 4, 0),
+        record(&g, RankSpec::Rank(1), 0, 4, 1),
+    ];
+    assert_eq!(
+        reason(&validate(&c, req(0, 4), &ev)),
+        Recompute::Duplicate {
+            group: CacheGroupId(0),
+            rank: RankSpec::Rank(1),
+            at: 0
+        }
+    );
+    // Duplicate checkpoints at the only boundary.
+    let ssm = group(0, Rule::Checkpoint { grid: 8 }, 4, Ranks::Sharded(1));
+    let c = contract(vec![ssm.clone()]);
+    let ev = vec![
+        record(&ssm, RankSpec::Rank(0), 0, 8, 0),
+        record(&ssm, RankSpec::Rank(0), 0, 8, 1),
+    ];
+    assert_eq!(
+        reason(&validate(&c, req(0, 8), &ev)),
+        Recompute::Duplicate {
+            group: CacheGroupId(0),
+            rank: RankSpec::Rank(0),
+            at: 0
+        }
+    );
+    // Overlapping window pages.
+    let win = group(0, Rule::Window { tokens: 4 }, 4, Ranks::Sharded(1));
+    let c = contract(vec![win.clone()]);
+    let ev = vec![
+        record(&win, RankSpec::Rank(0), 0, 4, 0),
+        record(&win, RankSpec::Rank(0), 0, 2, 1),
+    ];
+    assert!(matches!(
+        reason(&validate(&c, req(0, 4), &ev)),
+        Recompute::Overlap { at: 0, .. }
+    ));
+}
+
+#[test]
+fn a_page_running_past_the_request_is_not_a_gap() {
+    let g = group(0, Rule::Prefix, 16, Ranks::Sharded(1));
+    let c = contract(vec![g.clone()]);
+    let ev = pages(&g, 0, 32);
+    assert_eq!(
+        reason(&validate(&c, req(16, 20), &ev)),
+        Recompute::PastEnd {
+            group: CacheGroupId(0),
+            rank: RankSpec::Rank(0),
+            at: 16
+        }
+    );
+}
+
+#[test]
+fn disagreements_of_every_kind_are_reported() {
+    let g = group(0, Rule::Prefix, 4, Ranks::Sharded(2));
+    let c = contract(vec![g.clone()]);
+    let base = record(&g, RankSpec::Rank(0), 0, 4, 0);
+    let rekey =
+        |r: &orbitkv_state::RecordEvidence, domain: orbitkv_state::HashDomain, gid: u32, rank| {
+            StateKey::new(
+                NS,
+                domain,
+                &r.key.hash.native()[..domain.native_len()],
+                CacheGroupId(gid),
+                r.component,
+                rank,
+            )
+            .unwrap()
+        };
+    let mut domain = base.clone();
+    domain.key = rekey(
+        &base,
+        orbitkv_state::HashDomain::SglangSha256,
+        0,
+        RankSpec::Rank(0),
+    );
+    let mut unknown = base.clone();
+    unknown.group = CacheGroupId(9);
+    unknown.key = rekey(&base, DOMAIN, 9, RankSpec::Rank(0));
+    let mut rank = base.clone();
+    rank.rank = RankSpec::Rank(2);
+    rank.key = rekey(&base, DOMAIN, 0, RankSpec::Rank(2));
+    let mut fields = base.clone();
+    fields.key = rekey(&base, DOMAIN, 0, RankSpec::Rank(1));
+    let mut misaligned = record(&g, RankSpec::Rank(0), 1, 5, 0);
+    misaligned.format = base.format;
+    let v = validate(&c, req(0, 4), &[domain, unknown, rank, fields, misaligned]);
+    let reasons: Vec<Disagreement> = v.excluded.iter().map(|e| e.reason).collect();
+    assert_eq!(
+        reasons,
+        [
+            Disagreement::Domain,
+            Disagreement::UnknownGroup,
+            Disagreement::Rank,
+            Disagreement::KeyFields,
+            Disagreement::Misaligned
+        ]
+    );
+}
+
+#[test]
+fn empty_contract_is_refused() {
+    assert!(orbitkv_state::RecoveryContract::from_groups(NS, DOMAIN, vec![]).is_err());
+}

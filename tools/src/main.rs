@@ -96,8 +96,39 @@ fn run(cli: Cli) -> Result<(), Failure> {
     }
 }
 
+/// Usage errors on one line: clap's message up to its usage block, lines joined.
+fn usage_error(e: &clap::Error) -> String {
+    let rendered = e.render().to_string();
+    let message: Vec<&str> = rendered
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+        .collect();
+    let joined = message.join(" ");
+    let joined = joined.strip_prefix("error: ").unwrap_or(&joined);
+    format!("{joined} (see 'orbitkv --help')")
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                // Help and version go to stdout; a failed write has nowhere else to go.
+                let _ = e.print();
+                return ExitCode::from(EXIT_OK);
+            }
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                // No command at all: the help is the most useful answer (on stderr).
+                let _ = e.print();
+                return ExitCode::from(EXIT_REFUSED);
+            }
+            eprintln!("orbitkv: {}", usage_error(&e));
+            return ExitCode::from(EXIT_REFUSED);
+        }
+    };
     match run(cli) {
         Ok(()) => ExitCode::from(EXIT_OK),
         Err(f) => {

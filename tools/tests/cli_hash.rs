@@ -332,3 +332,24 @@ fn bad_arguments_are_refused_not_panicked() {
         orbitkv(&args, &[], None).refused();
     }
 }
+
+#[test]
+fn non_utf8_pythonhashseed_is_refused() {
+    use std::os::unix::ffi::OsStrExt;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_orbitkv"))
+        .args([
+            "hash",
+            "vllm",
+            "--algo",
+            "sha256_cbor",
+            "--block-size",
+            "1",
+            "--tokens",
+            "1",
+        ])
+        .env("PYTHONHASHSEED", std::ffi::OsStr::from_bytes(&[0xff, 0xfe]))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+}

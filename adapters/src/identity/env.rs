@@ -49,12 +49,17 @@ impl IdentityEnv {
             None => None,
             Some(v) => {
                 let v = text(MODEL_FINGERPRINT_VAR, v)?;
-                Some(ModelDigest::operator_from_hex(&v).map_err(|_| Error::Env {
-                    var: MODEL_FINGERPRINT_VAR,
-                    reason: format!(
-                        "must be exactly 64 lowercase hex digits (got {} characters)",
-                        v.chars().count()
-                    ),
+                Some(ModelDigest::operator_from_hex(&v).map_err(|_| {
+                    let n = v.chars().count();
+                    let found = if n == 64 {
+                        "64 characters, not all lowercase hex".to_owned()
+                    } else {
+                        format!("{n} characters")
+                    };
+                    Error::Env {
+                        var: MODEL_FINGERPRINT_VAR,
+                        reason: format!("must be exactly 64 lowercase hex digits (got {found})"),
+                    }
                 })?)
             }
         };
@@ -62,9 +67,12 @@ impl IdentityEnv {
             None => None,
             Some(v) => {
                 let v = text(CACHE_SCOPE_VAR, v)?;
-                Some(CacheScope::new(&v).map_err(|e| Error::Env {
+                Some(CacheScope::new(&v).map_err(|_| Error::Env {
                     var: CACHE_SCOPE_VAR,
-                    reason: e.to_string(),
+                    reason: format!(
+                        "must be 1..={} characters of [A-Za-z0-9._-] (got {v:?})",
+                        orbitkv_state::namespace::MAX_SCOPE_LEN
+                    ),
                 })?)
             }
         };

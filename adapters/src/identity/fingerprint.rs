@@ -4,7 +4,8 @@
 //! to their targets. A file's digest is always the root of a two-level tree over fixed
 //! [`CHUNK_SIZE`] chunks — the same bytes give the same digest whatever the thread count — and the
 //! chunks of all files are hashed in parallel, so one 40 GB file does not serialize startup.
-//! Timestamps are never consulted: content is read every time.
+//! Timestamps never stand in for content: every byte is read every time (they only help detect a
+//! file changing while it is read, which is refused).
 
 use std::collections::HashSet;
 use std::fs::{self, File};
@@ -31,10 +32,18 @@ const ROOT_TAG: u8 = 0x01;
 /// Read granularity inside a chunk: small enough to stay in cache between read and hash.
 const READ_BUF: usize = 256 << 10;
 
-/// Directory names never descended into: VCS metadata and caches.
-pub const IGNORED_DIRS: &[&str] = &[".git", ".hg", ".svn", ".cache", "__pycache__"];
-/// File names ignored exactly.
-pub const IGNORED_FILES: &[&str] = &[".gitattributes", ".gitignore", ".DS_Store"];
+/// Directory names never descended into: VCS metadata and caches (`.huggingface/` is the hub
+/// library's legacy download metadata).
+pub const IGNORED_DIRS: &[&str] = &[
+    ".git",
+    ".hg",
+    ".svn",
+    ".cache",
+    ".huggingface",
+    "__pycache__",
+];
+/// File names ignored exactly (`.git` as a file is a worktree or submodule pointer).
+pub const IGNORED_FILES: &[&str] = &[".git", ".gitattributes", ".gitignore", ".DS_Store"];
 /// Documentation stems ignored with any extension, case-insensitively (`README.md`, `LICENSE`).
 pub const IGNORED_DOC_STEMS: &[&str] = &[
     "readme",
@@ -108,6 +117,27 @@ struct Entry {
     rel: String,
     abs: PathBuf,
     size: u64,
+    stamp: Stamp,
+}
+
+/// What identifies a file's version for change detection while hashing (never to skip reading).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(m: &fs::Metadata) -> Self {
+        Self {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+        }
+    }
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> Error + '_ {
@@ -121,7 +151,7 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> Error + '_ {
 fn follow(path: &Path) -> Result<fs::Metadata> {
     match fs::metadata(path) {
         Ok(m) => Ok(m),
-        Err(e) if e.raw_os_error() == Some(libc_eloop()) => Err(Error::LinkLoop {
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Err(Error::LinkLoop {
             path: path.to_owned(),
         }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -136,11 +166,6 @@ fn follow(path: &Path) -> Result<fs::Metadata> {
         }
         Err(e) => Err(io_err(path)(e)),
     }
-}
-
-/// ELOOP on Linux.
-const fn libc_eloop() -> i32 {
-    40
 }
 
 fn walk(
@@ -186,6 +211,7 @@ fn walk(
                 rel: child_rel,
                 abs,
                 size: m.len(),
+                stamp: Stamp::of(&m),
             });
         } else {
             return Err(Error::NotRegular { path: abs });
@@ -195,12 +221,19 @@ fn walk(
     Ok(())
 }
 
-/// Lists the files that enter the fingerprint, sorted by relative path.
-pub fn list_files(root: &Path) -> Result<Vec<(String, PathBuf, u64)>> {
+fn list_entries(root: &Path) -> Result<Vec<Entry>> {
     let mut out = Vec::new();
     walk(root, "", &mut HashSet::new(), &mut out)?;
     out.sort_by(|a, b| a.rel.as_bytes().cmp(b.rel.as_bytes()));
-    Ok(out.into_iter().map(|e| (e.rel, e.abs, e.size)).collect())
+    Ok(out)
+}
+
+/// Lists the files that enter the fingerprint, sorted by relative path: (path, location, size).
+pub fn list_files(root: &Path) -> Result<Vec<(String, PathBuf, u64)>> {
+    Ok(list_entries(root)?
+        .into_iter()
+        .map(|e| (e.rel, e.abs, e.size))
+        .collect())
 }
 
 /// Number of chunks of a file of `size` bytes (zero for an empty file).
@@ -274,7 +307,7 @@ fn hash_chunk(file: &File, path: &Path, offset: u64, len: u64, buf: &mut [u8]) -
 
 /// Fingerprints the model directory `root`.
 pub fn fingerprint_dir(root: &Path, opts: &FingerprintOptions<'_>) -> Result<DirFingerprint> {
-    let files = list_files(root)?;
+    let files = list_entries(root)?;
     if files.is_empty() {
         return Err(Error::EmptyModelDir {
             path: root.to_owned(),
@@ -282,11 +315,11 @@ pub fn fingerprint_dir(root: &Path, opts: &FingerprintOptions<'_>) -> Result<Dir
     }
     // Work items: every chunk of every file, in file order.
     let mut items: Vec<(usize, u64)> = Vec::new();
-    for (fi, (_, _, size)) in files.iter().enumerate() {
-        items.extend((0..chunk_count(*size)).map(|c| (fi, c)));
+    for (fi, f) in files.iter().enumerate() {
+        items.extend((0..chunk_count(f.size)).map(|c| (fi, c)));
     }
     if let Some(p) = opts.progress {
-        p.start(files.iter().map(|(_, _, size)| size).sum(), files.len());
+        p.start(files.iter().map(|f| f.size).sum(), files.len());
     }
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
@@ -304,19 +337,27 @@ pub fn fingerprint_dir(root: &Path, opts: &FingerprintOptions<'_>) -> Result<Dir
                         let Some(&(fi, chunk)) = items.get(i) else {
                             break;
                         };
-                        let (_, abs, size) = &files[fi];
+                        let entry = &files[fi];
+                        let (abs, size) = (&entry.abs, entry.size);
                         let offset = chunk * CHUNK_SIZE;
                         let len = CHUNK_SIZE.min(size - offset);
                         let res = (|| {
                             let file = match open.take() {
                                 Some((f, file)) if f == fi => file,
-                                _ => File::open(abs).map_err(io_err(abs))?,
+                                _ => {
+                                    let file = File::open(abs).map_err(io_err(abs))?;
+                                    let m = file.metadata().map_err(io_err(abs))?;
+                                    if Stamp::of(&m) != entry.stamp {
+                                        return Err(Error::FileChanged { path: abs.clone() });
+                                    }
+                                    file
+                                }
                             };
                             let d = hash_chunk(&file, abs, offset, len, &mut buf)?;
-                            if offset + len == *size {
+                            if offset + len == size {
                                 // The last chunk: the file must not have grown.
                                 let mut probe = [0u8; 1];
-                                if file.read_at(&mut probe, *size).map_err(io_err(abs))? != 0 {
+                                if file.read_at(&mut probe, size).map_err(io_err(abs))? != 0 {
                                     return Err(Error::FileChanged { path: abs.clone() });
                                 }
                             }
@@ -351,9 +392,17 @@ pub fn fingerprint_dir(root: &Path, opts: &FingerprintOptions<'_>) -> Result<Dir
     if let Some(e) = first_error.into_inner().ok().flatten() {
         return Err(e);
     }
+    // Anything rewritten, replaced or resized while it was read is refused, never mixed.
+    for f in &files {
+        if Stamp::of(&follow(&f.abs)?) != f.stamp {
+            return Err(Error::FileChanged {
+                path: f.abs.clone(),
+            });
+        }
+    }
     let mut leaves: Vec<Vec<[u8; 32]>> = files
         .iter()
-        .map(|(_, _, size)| vec![[0u8; 32]; chunk_count(*size) as usize])
+        .map(|f| vec![[0u8; 32]; chunk_count(f.size) as usize])
         .collect();
     let mut filled = 0usize;
     for (fi, chunk, d) in results.into_iter().flatten() {
@@ -370,12 +419,12 @@ pub fn fingerprint_dir(root: &Path, opts: &FingerprintOptions<'_>) -> Result<Dir
     let digests: Vec<FileDigest> = files
         .into_iter()
         .zip(leaves)
-        .map(|((rel, _, size), leaves)| {
-            total += size;
+        .map(|(f, leaves)| {
+            total += f.size;
             FileDigest {
-                path: rel,
-                size,
-                digest: root_digest(size, &leaves),
+                digest: root_digest(f.size, &leaves),
+                path: f.rel,
+                size: f.size,
             }
         })
         .collect();

@@ -55,8 +55,9 @@ pub fn validate_revision(revision: &str) -> Result<()> {
     }
 }
 
-/// Where the hub cache is, from (in order) an explicit directory, `HF_HUB_CACHE`, `HF_HOME/hub`,
-/// `XDG_CACHE_HOME/huggingface/hub`, `HOME/.cache/huggingface/hub`. `env` reads a variable.
+/// Where the hub cache is, from (in order) an explicit directory, `HF_HUB_CACHE`, the legacy
+/// `HUGGINGFACE_HUB_CACHE`, `HF_HOME/hub`, `XDG_CACHE_HOME/huggingface/hub`,
+/// `HOME/.cache/huggingface/hub` (the hub library's own order). `env` reads a variable.
 pub fn hub_cache_dir(
     explicit: Option<&Path>,
     env: &dyn Fn(&str) -> Option<String>,
@@ -65,7 +66,7 @@ pub fn hub_cache_dir(
         return Ok(p.to_owned());
     }
     let set = |k: &str| env(k).filter(|v| !v.is_empty());
-    if let Some(v) = set("HF_HUB_CACHE") {
+    if let Some(v) = set("HF_HUB_CACHE").or_else(|| set("HUGGINGFACE_HUB_CACHE")) {
         return Ok(PathBuf::from(v));
     }
     if let Some(v) = set("HF_HOME") {

@@ -57,12 +57,12 @@ impl ModelSource {
             }
             return Ok(ModelSource::Dir(path.to_owned()));
         }
+        if path.exists() {
+            return Err(Error::NotADirectory {
+                path: path.to_owned(),
+            });
+        }
         if !hub::looks_like_repo_id(arg) {
-            if path.exists() {
-                return Err(Error::NotRegular {
-                    path: path.to_owned(),
-                });
-            }
             return Err(Error::UnknownModel(arg.to_owned()));
         }
         let Some(revision) = revision else {

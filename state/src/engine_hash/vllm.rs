@@ -265,8 +265,17 @@ impl VllmHasher {
         let mut parent = parent.map(<[u8]>::to_vec).unwrap_or_default();
         let mut out = Vec::with_capacity(tokens.len() / self.block_size);
         for (i, block) in tokens.chunks_exact(self.block_size).enumerate() {
-            let start = start_token + (i * self.block_size) as u64;
-            let end = start + self.block_size as u64;
+            let overflow = || Error::InvalidField {
+                field: "start_token",
+                reason: "token positions overflow 64 bits".to_owned(),
+            };
+            let start = (i as u64)
+                .checked_mul(self.block_size as u64)
+                .and_then(|o| start_token.checked_add(o))
+                .ok_or_else(overflow)?;
+            let end = start
+                .checked_add(self.block_size as u64)
+                .ok_or_else(overflow)?;
             let extra = self.extra_keys(extras, start, end, i)?;
             let h = self.hash_block(&parent, block, &extra);
             parent.clone_from(&h);
@@ -344,6 +353,19 @@ mod tests {
             ..Default::default()
         };
         assert!(h.extra_keys(&empty, 0, 2, 0).unwrap().is_empty());
+    }
+
+    #[test]
+    fn huge_start_token_is_refused_not_wrapped() {
+        let h = VllmHasher::new(VllmHashAlgo::Sha256Cbor, 2, None).unwrap();
+        let extras = RequestExtras {
+            cache_salt: Some("s".into()),
+            ..Default::default()
+        };
+        assert!(
+            h.block_hashes(&[1, 2, 3, 4], u64::MAX - 2, None, &extras)
+                .is_err()
+        );
     }
 
     #[test]

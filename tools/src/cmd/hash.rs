@@ -122,8 +122,15 @@ fn run_vllm(a: &VllmArgs, out: &Output) -> Result<(), Failure> {
         Algo::Sha256Cbor => vllm::VllmHashAlgo::Sha256Cbor,
         Algo::XxhashCbor => vllm::VllmHashAlgo::XxhashCbor,
     };
-    let env_seed = std::env::var("PYTHONHASHSEED").ok();
-    let seed = a.seed.clone().or(env_seed);
+    let seed = match &a.seed {
+        Some(s) => Some(s.clone()),
+        None => match std::env::var_os("PYTHONHASHSEED") {
+            None => None,
+            Some(v) => Some(v.into_string().map_err(|_| {
+                Failure::refused("PYTHONHASHSEED is not valid UTF-8: vLLM would refuse it too")
+            })?),
+        },
+    };
     let hasher = vllm::VllmHasher::new(algo, a.block_size, seed.as_deref()).map_err(refused)?;
     let parent = match &a.parent {
         None => None,

@@ -53,7 +53,8 @@ impl Run {
             "stdout: {} stderr: {}",
             self.stdout, self.stderr
         );
-        assert!(!self.stderr.is_empty());
+        assert!(self.stderr.starts_with("orbitkv: "), "{}", self.stderr);
+        assert_eq!(self.stderr.lines().count(), 1, "{}", self.stderr);
         assert!(!self.stderr.contains("panicked"), "{}", self.stderr);
         self
     }
