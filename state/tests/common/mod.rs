@@ -4,6 +4,7 @@
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
 )]
+#![allow(dead_code, reason = "shared by several test files; each uses a subset")]
 
 use orbitkv_state::{
     CacheGroupId, Component, FormatDigest, GroupContract, HashDomain, Namespace, RankSpec, Ranks,
