@@ -9,7 +9,7 @@ use std::borrow::Cow;
 
 use orbitkv_state::{CacheGroupId, Component, FormatDigest, RankSpec, StateKey, TokenRange};
 
-use crate::crc::{copy_with_crc32c, crc32c};
+use crate::crc::{copy_with_crc32c, crc32c, crc32c_append};
 use crate::error::{Checksum, Error, Result};
 use crate::le::{
     all_zero, bytes_at, put, put_u16, put_u32, put_u64, u8_at, u16_at, u32_at, u64_at,
@@ -581,10 +581,17 @@ pub fn encode_frame(
     let stored: &[u8] = compressed.as_deref().unwrap_or(payload);
     let frame_len = segment.alignment.round_up(FRAME_HEADER_LEN + stored.len());
     let start = out.len();
+    out.reserve(frame_len);
+    out.extend_from_slice(&[0u8; FRAME_HEADER_LEN]);
+    let payload_at = out.len();
+    // Copy and checksum in one pass: each step is CRC'd while still in cache.
+    let mut payload_crc = 0u32;
+    for chunk in stored.chunks(64 << 10) {
+        let at = out.len();
+        out.extend_from_slice(chunk);
+        payload_crc = crc32c_append(payload_crc, &out[at..]);
+    }
     out.resize(start + frame_len, 0);
-    let payload_at = start + FRAME_HEADER_LEN;
-    let payload_crc = copy_with_crc32c(stored, &mut out[payload_at..payload_at + stored.len()])
-        .unwrap_or_default();
     let header = FrameHeader {
         body,
         compressed: compressed.is_some(),

@@ -99,14 +99,29 @@ pub struct Scanner<'a> {
 impl<'a> Scanner<'a> {
     /// Scans `bytes`, the segment from offset 0 (header block included) to the end of the region
     /// to scan: the written length of an active segment, or the footer offset of a sealed one.
+    /// A region shorter than the header block ends the scan at once (torn when tolerating).
     pub fn new(bytes: &'a [u8], header: SegmentHeader, mode: ScanMode) -> Self {
+        let end = (bytes.len() < SEGMENT_HEADER_LEN).then(|| {
+            let error = Error::Truncated {
+                what: "segment header block",
+                offset: 0,
+                needed: (SEGMENT_HEADER_LEN - bytes.len()) as u64,
+            };
+            ScanEnd {
+                reason: match mode {
+                    ScanMode::TolerateTail => StopReason::TornTail { error },
+                    ScanMode::Strict => StopReason::Corrupt { error },
+                },
+                valid_len: bytes.len() as u64,
+            }
+        });
         Self {
             bytes,
             header,
             mode,
-            pos: SEGMENT_HEADER_LEN,
+            pos: SEGMENT_HEADER_LEN.min(bytes.len()),
             last_sequence: None,
-            end: None,
+            end,
         }
     }
 

@@ -159,6 +159,24 @@ fn every_bit_flip_of_a_frame_is_decoded_exactly_or_reported() {
 }
 
 #[test]
+fn a_segment_shorter_than_its_header_block_is_torn() {
+    // Found by the segment_scan fuzz target: the scan must not claim bytes that do not exist.
+    let b = segment(7, Alignment::Packed, 1, 10);
+    let short = &b.bytes()[..100];
+    let (items, end) = scan(short, ScanMode::TolerateTail);
+    assert!(items.is_empty());
+    assert_eq!(end.valid_len, 100);
+    assert!(matches!(
+        end.reason,
+        StopReason::TornTail {
+            error: Error::Truncated { .. }
+        }
+    ));
+    let (_, end) = scan(short, ScanMode::Strict);
+    assert!(matches!(end.reason, StopReason::Corrupt { .. }));
+}
+
+#[test]
 fn a_zeroed_sector_loses_only_the_records_it_held() {
     let b = segment(7, Alignment::Packed, 40, 200);
     let mut bytes = b.bytes().to_vec();
