@@ -162,6 +162,7 @@ fn sealed_open(c: &mut Criterion) {
                         t.open_footer(
                             &file[t.footer_offset as usize
                                 ..(t.footer_offset + t.footer_len) as usize],
+                            Alignment::Direct,
                         )
                     });
                 black_box(entries.map(|f| f.entries.len()).ok());

@@ -2,7 +2,8 @@
 //! incompatible store is recognised before anything else is read. Fixed 64 bytes.
 
 use crate::crc::crc32c;
-use crate::error::{Checksum, Error, Result};
+use crate::error::{Error, Result};
+use crate::fixed::{self, Fixed, VersionField};
 use crate::le::{all_zero, bytes_at, put, put_u32, put_u64, u32_at, u64_at};
 
 /// File name of the header inside a data directory.
@@ -43,39 +44,18 @@ impl DataDirHeader {
     /// checksum verifies), so the operator learns the store is incompatible, not corrupt.
     pub fn decode(bytes: &[u8]) -> Result<Self> {
         const WHAT: &str = "data-directory header";
-        if bytes.len() < DIR_HEADER_LEN {
-            return Err(Error::Truncated {
+        fixed::verify(
+            bytes,
+            0,
+            Fixed {
                 what: WHAT,
-                offset: 0,
-                needed: (DIR_HEADER_LEN - bytes.len()) as u64,
-            });
-        }
-        if bytes[..8] != DIR_MAGIC {
-            return Err(Error::BadMagic {
-                what: WHAT,
-                offset: 0,
-            });
-        }
-        let expected = u32_at(bytes, 60);
-        let actual = crc32c(&bytes[..60]);
-        if expected != actual {
-            return Err(Error::ChecksumMismatch {
-                what: WHAT,
-                kind: Checksum::Header,
-                offset: 0,
-                expected,
-                actual,
-            });
-        }
-        let version = u32_at(bytes, 8);
-        if version != STORE_FORMAT_VERSION {
-            return Err(Error::UnsupportedVersion {
-                what: WHAT,
-                offset: 0,
-                found: version,
+                len: DIR_HEADER_LEN,
+                magic: &DIR_MAGIC,
+                crc_at: 60,
+                version: VersionField::U32(8),
                 supported: STORE_FORMAT_VERSION,
-            });
-        }
+            },
+        )?;
         let flags = u32_at(bytes, 12);
         if flags != 0 || !all_zero(&bytes[40..60]) {
             return Err(Error::InvalidField {

@@ -10,11 +10,15 @@ use sha2::{Digest, Sha256};
 
 use crate::crc::crc32c;
 use crate::error::{Checksum, Error, Result};
-use crate::frame::{FrameBody, FrameHeader, FrameKind, META_LEN, decode_meta, encode_meta};
+use crate::fixed::{self, Fixed, VersionField};
+use crate::frame::{
+    FRAME_HEADER_LEN, FrameBody, FrameHeader, FrameKind, META_LEN, check_lengths, decode_meta,
+    encode_meta,
+};
 use crate::le::{
     all_zero, bytes_at, put, put_u16, put_u32, put_u64, u8_at, u16_at, u32_at, u64_at,
 };
-use crate::segment_header::SEGMENT_HEADER_LEN;
+use crate::segment_header::{Alignment, SEGMENT_HEADER_LEN};
 
 /// Footer magic.
 pub const FOOTER_MAGIC: [u8; 4] = *b"OKVX";
@@ -128,7 +132,7 @@ impl IndexEntry {
             WHAT,
             at,
         )?;
-        Ok(Self {
+        let e = Self {
             offset: u64_at(b, 8),
             frame_len: u32_at(b, 4),
             record_sequence: u64_at(b, 16),
@@ -137,7 +141,18 @@ impl IndexEntry {
             payload_crc: u32_at(b, 32),
             compressed: flags & FLAG_COMPRESSED != 0,
             body,
-        })
+        };
+        // The same rules a frame header obeys, so a consumer may trust the lengths it reads here.
+        check_lengths(
+            kind,
+            e.compressed,
+            e.stored_len,
+            e.uncompressed_len,
+            e.frame_len,
+            WHAT,
+            at,
+        )?;
+        Ok(e)
     }
 }
 
@@ -230,10 +245,12 @@ impl Footer {
         b
     }
 
-    /// Decodes and verifies a footer block (`bytes` is exactly the block; `offset` its position).
-    /// Counts are checked against the block's length before anything is allocated, and the
-    /// namespace summaries must match the entries.
-    pub fn decode(bytes: &[u8], offset: u64) -> Result<Self> {
+    /// Decodes and verifies a footer block (`bytes` is exactly the block; `offset` its position) of
+    /// a segment with `alignment`. Counts are checked against the block's length before anything
+    /// is allocated; every entry obeys the frame rules, lies on the alignment grid inside the data
+    /// region, after the previous one, with a larger record sequence; the namespace summaries must
+    /// match the entries.
+    pub fn decode(bytes: &[u8], offset: u64, alignment: Alignment) -> Result<Self> {
         const WHAT: &str = "footer";
         let min = FOOTER_FIXED_LEN + 4;
         if bytes.len() < min {
@@ -247,9 +264,19 @@ impl Footer {
             return Err(Error::BadMagic { what: WHAT, offset });
         }
         let body_len = bytes.len() - 4;
+        let version = u32_at(bytes, 4);
+        let unsupported = Error::UnsupportedVersion {
+            what: WHAT,
+            offset,
+            found: version,
+            supported: FOOTER_VERSION,
+        };
         let expected = u32_at(bytes, body_len);
         let actual = crc32c(&bytes[..body_len]);
         if expected != actual {
+            if version != FOOTER_VERSION {
+                return Err(unsupported);
+            }
             return Err(Error::ChecksumMismatch {
                 what: WHAT,
                 kind: Checksum::Footer,
@@ -258,14 +285,8 @@ impl Footer {
                 actual,
             });
         }
-        let version = u32_at(bytes, 4);
         if version != FOOTER_VERSION {
-            return Err(Error::UnsupportedVersion {
-                what: WHAT,
-                offset,
-                found: version,
-                supported: FOOTER_VERSION,
-            });
+            return Err(unsupported);
         }
         let n = u64::from(u32_at(bytes, 24));
         let m = u64::from(u32_at(bytes, 28));
@@ -283,15 +304,27 @@ impl Footer {
         }
         let segment_sequence = u64_at(bytes, 8);
         let data_end = u64_at(bytes, 16);
+        if data_end < SEGMENT_HEADER_LEN as u64 {
+            return Err(Error::InvalidField {
+                what: WHAT,
+                offset,
+                field: "data end",
+                reason: format!("{data_end} is inside the segment header"),
+            });
+        }
         let mut entries = Vec::with_capacity(n as usize);
         let mut at = FOOTER_FIXED_LEN;
         let mut prev_end = SEGMENT_HEADER_LEN as u64;
         let mut prev_seq = None;
         for _ in 0..n {
             let e = IndexEntry::decode(&bytes[at..at + INDEX_ENTRY_LEN], offset + at as u64)?;
-            // Entries are in file order, inside the data region, and sequences increase.
+            // Entries are frames on the grid, in file order, inside the data region, and their
+            // sequences increase.
             let end = e.offset.checked_add(u64::from(e.frame_len));
-            if e.offset < prev_end || end.is_none_or(|end| end > data_end) {
+            let exact = e.frame_len as usize
+                == alignment.round_up(FRAME_HEADER_LEN + e.stored_len as usize)
+                && e.offset.is_multiple_of(alignment.unit() as u64);
+            if !exact || e.offset < prev_end || end.is_none_or(|end| end > data_end) {
                 return Err(Error::InvalidField {
                     what: WHAT,
                     offset: offset + at as u64,
@@ -375,36 +408,32 @@ impl Trailer {
     pub fn decode(bytes: &[u8], file_len: u64) -> Result<Self> {
         const WHAT: &str = "trailer";
         let offset = file_len.saturating_sub(TRAILER_LEN as u64);
-        if bytes.len() != TRAILER_LEN || file_len < (SEGMENT_HEADER_LEN + TRAILER_LEN) as u64 {
+        let min_file = (SEGMENT_HEADER_LEN + TRAILER_LEN) as u64;
+        if file_len < min_file {
             return Err(Error::Truncated {
-                what: WHAT,
-                offset,
-                needed: TRAILER_LEN.saturating_sub(bytes.len()) as u64,
+                what: "sealed segment",
+                offset: 0,
+                needed: min_file - file_len,
             });
         }
-        if bytes[..8] != TRAILER_MAGIC {
-            return Err(Error::BadMagic { what: WHAT, offset });
+        if bytes.len() != TRAILER_LEN {
+            return Err(Error::Usage(format!(
+                "trailer slice of {} bytes, not {TRAILER_LEN}",
+                bytes.len()
+            )));
         }
-        let expected = u32_at(bytes, 76);
-        let actual = crc32c(&bytes[..76]);
-        if expected != actual {
-            return Err(Error::ChecksumMismatch {
+        fixed::verify(
+            bytes,
+            offset,
+            Fixed {
                 what: WHAT,
-                kind: Checksum::Header,
-                offset,
-                expected,
-                actual,
-            });
-        }
-        let version = u32_at(bytes, 8);
-        if version != TRAILER_VERSION {
-            return Err(Error::UnsupportedVersion {
-                what: WHAT,
-                offset,
-                found: version,
+                len: TRAILER_LEN,
+                magic: &TRAILER_MAGIC,
+                crc_at: 76,
+                version: VersionField::U32(8),
                 supported: TRAILER_VERSION,
-            });
-        }
+            },
+        )?;
         if !all_zero(&bytes[12..16]) || !all_zero(&bytes[72..76]) {
             return Err(Error::InvalidField {
                 what: WHAT,
@@ -431,8 +460,9 @@ impl Trailer {
         Ok(t)
     }
 
-    /// Verifies and decodes the footer this trailer locates (`footer` = those bytes).
-    pub fn open_footer(&self, footer: &[u8]) -> Result<Footer> {
+    /// Verifies and decodes the footer this trailer locates (`footer` = those bytes) of a segment
+    /// with `alignment` (from its header).
+    pub fn open_footer(&self, footer: &[u8], alignment: Alignment) -> Result<Footer> {
         if footer.len() as u64 != self.footer_len {
             return Err(Error::Usage(format!(
                 "footer slice of {} bytes, trailer says {}",
@@ -451,7 +481,7 @@ impl Trailer {
                 actual: word(&digest),
             });
         }
-        let f = Footer::decode(footer, self.footer_offset)?;
+        let f = Footer::decode(footer, self.footer_offset, alignment)?;
         if f.segment_sequence != self.segment_sequence || f.data_end != self.footer_offset {
             return Err(Error::InvalidField {
                 what: "footer",

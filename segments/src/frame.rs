@@ -11,6 +11,7 @@ use orbitkv_state::{CacheGroupId, Component, FormatDigest, RankSpec, StateKey, T
 
 use crate::crc::{copy_with_crc32c, crc32c, crc32c_append};
 use crate::error::{Checksum, Error, Result};
+use crate::fixed::{self, Fixed, VersionField};
 use crate::le::{
     all_zero, bytes_at, put, put_u16, put_u32, put_u64, u8_at, u16_at, u32_at, u64_at,
 };
@@ -297,6 +298,65 @@ pub(crate) fn decode_meta(
     }
 }
 
+/// The length and kind rules shared by frame headers and footer index entries: lengths within
+/// [`MAX_PAYLOAD_LEN`], one length unless compressed, only records compressed, tombstones without
+/// payload, and a frame long enough for its header and payload, on an 8-byte multiple.
+pub(crate) fn check_lengths(
+    kind: FrameKind,
+    compressed: bool,
+    stored_len: u32,
+    uncompressed_len: u32,
+    frame_len: u32,
+    what: &'static str,
+    offset: u64,
+) -> Result<()> {
+    let limit = MAX_PAYLOAD_LEN as u64;
+    for len in [stored_len, uncompressed_len] {
+        if u64::from(len) > limit {
+            return Err(Error::LengthOutOfBounds {
+                what,
+                offset,
+                length: u64::from(len),
+                limit,
+            });
+        }
+    }
+    let min_frame = FRAME_HEADER_LEN as u64 + u64::from(stored_len);
+    if u64::from(frame_len) < min_frame || !frame_len.is_multiple_of(8) {
+        return Err(Error::LengthOutOfBounds {
+            what,
+            offset,
+            length: u64::from(frame_len),
+            limit: min_frame,
+        });
+    }
+    if !compressed && stored_len != uncompressed_len {
+        return Err(invalid(
+            what,
+            offset,
+            "lengths",
+            "uncompressed payload with two lengths",
+        ));
+    }
+    if compressed && kind != FrameKind::Record {
+        return Err(invalid(
+            what,
+            offset,
+            "flags",
+            "only records are compressed",
+        ));
+    }
+    if kind == FrameKind::Tombstone && stored_len != 0 {
+        return Err(invalid(
+            what,
+            offset,
+            "payload",
+            "a tombstone has no payload",
+        ));
+    }
+    Ok(())
+}
+
 impl FrameHeader {
     /// Encodes the 256-byte header, computing its CRC.
     pub fn encode(&self) -> [u8; FRAME_HEADER_LEN] {
@@ -329,38 +389,18 @@ impl FrameHeader {
     /// known kind and flags, length limits and every field's consistency.
     pub fn decode(bytes: &[u8], offset: u64) -> Result<Self> {
         const WHAT: &str = "frame";
-        if bytes.len() < FRAME_HEADER_LEN {
-            if bytes.len() >= 4 && bytes[..4] != FRAME_MAGIC {
-                return Err(Error::BadMagic { what: WHAT, offset });
-            }
-            return Err(Error::Truncated {
+        fixed::verify(
+            bytes,
+            offset,
+            Fixed {
                 what: WHAT,
-                offset,
-                needed: (FRAME_HEADER_LEN - bytes.len()) as u64,
-            });
-        }
-        if bytes[..4] != FRAME_MAGIC {
-            return Err(Error::BadMagic { what: WHAT, offset });
-        }
-        let expected = u32_at(bytes, 252);
-        let actual = crc32c(&bytes[..252]);
-        if expected != actual {
-            return Err(Error::ChecksumMismatch {
-                what: WHAT,
-                kind: Checksum::Header,
-                offset,
-                expected,
-                actual,
-            });
-        }
-        if bytes[4] != FRAME_VERSION {
-            return Err(Error::UnsupportedVersion {
-                what: WHAT,
-                offset,
-                found: u32::from(bytes[4]),
+                len: FRAME_HEADER_LEN,
+                magic: &FRAME_MAGIC,
+                crc_at: 252,
+                version: VersionField::U8(4),
                 supported: u32::from(FRAME_VERSION),
-            });
-        }
+            },
+        )?;
         let kind = FrameKind::from_code(bytes[5])
             .ok_or_else(|| invalid(WHAT, offset, "kind", format!("unknown kind {}", bytes[5])))?;
         let flags = u16_at(bytes, 6);
@@ -376,56 +416,16 @@ impl FrameHeader {
         let stored_len = u32_at(bytes, 24);
         let uncompressed_len = u32_at(bytes, 28);
         let frame_len = u32_at(bytes, 36);
-        let limit = MAX_PAYLOAD_LEN as u64;
-        for len in [stored_len, uncompressed_len] {
-            if u64::from(len) > limit {
-                return Err(Error::LengthOutOfBounds {
-                    what: WHAT,
-                    offset,
-                    length: u64::from(len),
-                    limit,
-                });
-            }
-        }
-        let min_frame = FRAME_HEADER_LEN as u64 + u64::from(stored_len);
-        if u64::from(frame_len) < min_frame || !frame_len.is_multiple_of(8) {
-            return Err(Error::LengthOutOfBounds {
-                what: WHAT,
-                offset,
-                length: u64::from(frame_len),
-                limit: min_frame,
-            });
-        }
-        if !compressed && stored_len != uncompressed_len {
-            return Err(invalid(
-                WHAT,
-                offset,
-                "lengths",
-                "uncompressed payload with two lengths",
-            ));
-        }
+        check_lengths(
+            kind,
+            compressed,
+            stored_len,
+            uncompressed_len,
+            frame_len,
+            WHAT,
+            offset,
+        )?;
         let record_sequence = u64_at(bytes, 16);
-        match kind {
-            FrameKind::Record => {}
-            FrameKind::Tombstone | FrameKind::Padding => {
-                if compressed {
-                    return Err(invalid(
-                        WHAT,
-                        offset,
-                        "flags",
-                        "only records are compressed",
-                    ));
-                }
-            }
-        }
-        if kind == FrameKind::Tombstone && stored_len != 0 {
-            return Err(invalid(
-                WHAT,
-                offset,
-                "payload",
-                "a tombstone has no payload",
-            ));
-        }
         if kind == FrameKind::Padding && record_sequence != 0 {
             return Err(invalid(WHAT, offset, "record sequence", "padding has none"));
         }

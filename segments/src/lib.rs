@@ -20,6 +20,7 @@ pub mod builder;
 pub mod crc;
 pub mod dir_header;
 pub mod error;
+mod fixed;
 pub mod footer;
 pub mod frame;
 mod le;

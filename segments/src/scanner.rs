@@ -12,11 +12,14 @@
 //! - [`ScanMode::Strict`] (sealed segments, fsck): the frames must fill the region exactly;
 //!   anything else at the end is reported as corruption.
 //!
-//! The scanner never allocates from a length it has not verified and never panics.
+//! The scanner never allocates from a length it has not verified and never panics. A bad frame
+//! whose header verified is skipped whole (no frame is looked for inside its payload). Finding the
+//! next frame is linear in the bytes searched for damaged data; only bytes crafted with valid
+//! checksums can make it verify many candidate payloads.
 
 use std::ops::Range;
 
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::frame::{FRAME_HEADER_LEN, FRAME_MAGIC, FrameBody, FrameHeader};
 use crate::le::all_zero;
 use crate::segment_header::{SEGMENT_HEADER_LEN, SegmentHeader};
@@ -94,6 +97,7 @@ pub struct Scanner<'a> {
     pos: usize,
     last_sequence: Option<u64>,
     end: Option<ScanEnd>,
+    pending: Option<FrameRef>,
 }
 
 impl<'a> Scanner<'a> {
@@ -122,6 +126,7 @@ impl<'a> Scanner<'a> {
             pos: SEGMENT_HEADER_LEN.min(bytes.len()),
             last_sequence: None,
             end,
+            pending: None,
         }
     }
 
@@ -146,17 +151,21 @@ impl<'a> Scanner<'a> {
     }
 
     /// Decodes and fully verifies the frame at `pos` (header, segment sequence, alignment, length,
-    /// payload CRC). Does not check record-sequence order.
-    fn frame_at(&self, pos: usize) -> Result<FrameRef> {
+    /// payload CRC; a padding payload must be zero). Does not check record-sequence order. On
+    /// failure, says how far to skip when the header itself verified (its length is then known).
+    fn frame_at(&self, pos: usize) -> Result<FrameRef, (Error, Option<usize>)> {
         let offset = pos as u64;
         let rest = self.bytes.get(pos..).unwrap_or_default();
-        let h = FrameHeader::decode(rest, offset)?;
+        let h = FrameHeader::decode(rest, offset).map_err(|e| (e, None))?;
+        // The header verified: a later frame cannot start inside this one's extent.
+        let skip = Some(h.frame_len as usize).filter(|&l| l <= rest.len());
+        let fail = |e: Error| (e, skip);
         if h.segment_sequence != self.header.sequence {
-            return Err(Error::StaleSequence {
+            return Err(fail(Error::StaleSequence {
                 offset,
                 expected: self.header.sequence,
                 found: h.segment_sequence,
-            });
+            }));
         }
         let align = self.header.alignment;
         let exact = match h.body {
@@ -164,30 +173,39 @@ impl<'a> Scanner<'a> {
             _ => h.frame_len as usize == align.round_up(FRAME_HEADER_LEN + h.stored_len as usize),
         };
         if !exact {
-            return Err(Error::InvalidField {
+            return Err(fail(Error::InvalidField {
                 what: "frame",
                 offset,
                 field: "frame length",
                 reason: format!("{} does not fit the segment's alignment", h.frame_len),
-            });
+            }));
         }
         if h.compressed && !self.header.compression {
-            return Err(Error::InvalidField {
+            return Err(fail(Error::InvalidField {
                 what: "frame",
                 offset,
                 field: "flags",
                 reason: "compressed payload in a segment without compression".to_owned(),
-            });
+            }));
         }
         if h.frame_len as usize > rest.len() {
-            return Err(Error::Truncated {
+            return Err(fail(Error::Truncated {
                 what: "frame",
                 offset,
                 needed: (h.frame_len as usize - rest.len()) as u64,
-            });
+            }));
         }
         let payload = pos + FRAME_HEADER_LEN..pos + FRAME_HEADER_LEN + h.stored_len as usize;
-        h.verify_payload(&self.bytes[payload.clone()], offset)?;
+        let stored = &self.bytes[payload.clone()];
+        h.verify_payload(stored, offset).map_err(fail)?;
+        if matches!(h.body, FrameBody::Padding) && !all_zero(stored) {
+            return Err(fail(Error::InvalidField {
+                what: "frame",
+                offset,
+                field: "padding",
+                reason: "payload must be zero".to_owned(),
+            }));
+        }
         Ok(FrameRef {
             offset,
             header: h,
@@ -195,13 +213,16 @@ impl<'a> Scanner<'a> {
         })
     }
 
-    /// The next position after `from` holding a fully valid frame of this segment.
-    fn resync(&self, from: usize) -> Option<usize> {
+    /// The next valid frame of this segment after the bad one at `from` (skipping `skip` bytes
+    /// when the bad frame's header verified, else one alignment unit at a time).
+    fn resync(&self, from: usize, skip: Option<usize>) -> Option<FrameRef> {
         let unit = self.header.alignment.unit();
-        let mut q = from + unit;
+        let mut q = from + skip.unwrap_or(unit).max(unit);
         while q + FRAME_HEADER_LEN <= self.bytes.len() {
-            if self.bytes[q..q + 4] == FRAME_MAGIC && self.frame_at(q).is_ok() {
-                return Some(q);
+            if self.bytes[q..q + 4] == FRAME_MAGIC
+                && let Ok(frame) = self.frame_at(q)
+            {
+                return Some(frame);
             }
             q += unit;
         }
@@ -228,7 +249,12 @@ impl Iterator for Scanner<'_> {
             return self.stop(StopReason::CleanEnd);
         }
         let pos = self.pos;
-        match self.frame_at(pos) {
+        // A frame found by the last resynchronisation is already verified.
+        let found = match self.pending.take() {
+            Some(frame) if frame.offset as usize == pos => Ok(frame),
+            _ => self.frame_at(pos),
+        };
+        match found {
             Ok(frame) => {
                 let next = pos + frame.header.frame_len as usize;
                 if !matches!(frame.header.body, FrameBody::Padding) {
@@ -250,18 +276,20 @@ impl Iterator for Scanner<'_> {
                 self.pos = next;
                 Some(ScanItem::Frame(frame))
             }
-            Err(error) => {
+            Err((error, skip)) => {
                 if self.mode == ScanMode::TolerateTail && all_zero(&self.bytes[pos..]) {
                     // Preallocated space never written.
                     return self.stop(StopReason::CleanEnd);
                 }
-                match self.resync(pos) {
-                    Some(q) => {
-                        self.pos = q;
+                match self.resync(pos, skip) {
+                    Some(frame) => {
+                        let q = frame.offset;
+                        self.pos = q as usize;
+                        self.pending = Some(frame);
                         Some(ScanItem::Corrupt {
                             offset: pos as u64,
                             error,
-                            resumed_at: q as u64,
+                            resumed_at: q,
                         })
                     }
                     None => match self.mode {

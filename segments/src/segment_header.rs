@@ -3,7 +3,8 @@
 //! for current records.
 
 use crate::crc::crc32c;
-use crate::error::{Checksum, Error, Result};
+use crate::error::{Error, Result};
+use crate::fixed::{self, Fixed, VersionField};
 use crate::le::{all_zero, bytes_at, put, put_u32, put_u64, u32_at, u64_at};
 
 /// Size of the header block; frames start here.
@@ -90,39 +91,18 @@ impl SegmentHeader {
     /// read; the rest of the block is written as zeros and not interpreted.
     pub fn decode(bytes: &[u8]) -> Result<Self> {
         const WHAT: &str = "segment header";
-        if bytes.len() < FIELDS_LEN {
-            return Err(Error::Truncated {
+        fixed::verify(
+            bytes,
+            0,
+            Fixed {
                 what: WHAT,
-                offset: 0,
-                needed: (FIELDS_LEN - bytes.len()) as u64,
-            });
-        }
-        if bytes[..8] != SEGMENT_MAGIC {
-            return Err(Error::BadMagic {
-                what: WHAT,
-                offset: 0,
-            });
-        }
-        let expected = u32_at(bytes, 60);
-        let actual = crc32c(&bytes[..60]);
-        if expected != actual {
-            return Err(Error::ChecksumMismatch {
-                what: WHAT,
-                kind: Checksum::Header,
-                offset: 0,
-                expected,
-                actual,
-            });
-        }
-        let version = u32_at(bytes, 8);
-        if version != SEGMENT_VERSION {
-            return Err(Error::UnsupportedVersion {
-                what: WHAT,
-                offset: 0,
-                found: version,
+                len: FIELDS_LEN,
+                magic: &SEGMENT_MAGIC,
+                crc_at: 60,
+                version: VersionField::U32(8),
                 supported: SEGMENT_VERSION,
-            });
-        }
+            },
+        )?;
         let flags = u32_at(bytes, 12);
         if flags & !KNOWN_FLAGS != 0 || !all_zero(&bytes[56..60]) {
             return Err(Error::InvalidField {

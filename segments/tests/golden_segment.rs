@@ -12,7 +12,7 @@ mod common;
 
 use common::{header, key, meta, payload};
 use orbitkv_segments::{
-    Alignment, Compression, DataDirHeader, ScanItem, ScanMode, Scanner, SegmentBuilder,
+    Alignment, Compression, DataDirHeader, FrameBody, ScanItem, ScanMode, Scanner, SegmentBuilder,
     SegmentHeader, StopReason, TRAILER_LEN, Trailer,
 };
 
@@ -28,18 +28,26 @@ fn golden(name: &str, bytes: &[u8]) {
     );
 }
 
+/// The directory id of the golden data-directory header; the golden segments belong to it.
+const GOLDEN_DIR: [u8; 16] = *b"orbitkv-golden!!";
+
+/// The payloads of the golden segments' records, in order.
+fn payloads() -> Vec<Vec<u8>> {
+    vec![payload(0, 100), vec![0x42; 3000], Vec::new()]
+}
+
 fn build(alignment: Alignment) -> Vec<u8> {
-    let mut b = SegmentBuilder::new(
-        header(0x5eed, alignment, true),
-        Compression::Zstd { level: 3 },
-    );
-    b.append_record(meta(1, 0), 1, &payload(0, 100)).unwrap();
-    b.append_record(meta(1, 1), 2, &vec![0x42; 3000]).unwrap(); // compresses
+    let mut h = header(0x5eed, alignment, true);
+    h.directory_id = GOLDEN_DIR;
+    let mut b = SegmentBuilder::new(h, Compression::Zstd { level: 3 });
+    let p = payloads();
+    b.append_record(meta(1, 0), 1, &p[0]).unwrap();
+    b.append_record(meta(1, 1), 2, &p[1]).unwrap(); // compresses
     b.append_tombstone(key(1, 0), 3).unwrap();
     if alignment == Alignment::Packed {
         b.append_padding(512).unwrap();
     }
-    b.append_record(meta(2, 2), 4, &[]).unwrap();
+    b.append_record(meta(2, 2), 4, &p[2]).unwrap();
     b.seal()
 }
 
@@ -53,10 +61,12 @@ fn segment_v1_bytes_are_stable_and_decode() {
         golden(name, &bytes);
         let h = SegmentHeader::decode(&bytes).unwrap();
         assert_eq!(h.sequence, 0x5eed);
+        assert_eq!(h.directory_id, GOLDEN_DIR);
         let t = Trailer::decode(&bytes[bytes.len() - TRAILER_LEN..], bytes.len() as u64).unwrap();
         let f = t
             .open_footer(
                 &bytes[t.footer_offset as usize..(t.footer_offset + t.footer_len) as usize],
+                h.alignment,
             )
             .unwrap();
         assert_eq!(f.entries.len(), 4);
@@ -64,18 +74,33 @@ fn segment_v1_bytes_are_stable_and_decode() {
         let (items, end) =
             Scanner::new(&bytes[..t.footer_offset as usize], h, ScanMode::Strict).run();
         assert_eq!(end.reason, StopReason::CleanEnd);
-        let frames = items
+        let frames: Vec<_> = items
             .iter()
-            .filter(|i| matches!(i, ScanItem::Frame(_)))
-            .count();
-        assert_eq!(frames, if align == Alignment::Packed { 5 } else { 4 });
+            .filter_map(|i| match i {
+                ScanItem::Frame(f) => Some(f),
+                ScanItem::Corrupt { .. } => None,
+            })
+            .collect();
+        assert_eq!(frames.len(), if align == Alignment::Packed { 5 } else { 4 });
+        // The decoded payloads are the originals, the zstd-compressed one included.
+        let records: Vec<Vec<u8>> = frames
+            .iter()
+            .filter(|f| matches!(f.header.body, FrameBody::Record(_)))
+            .map(|f| {
+                f.header
+                    .payload(&bytes[f.payload.clone()], f.offset)
+                    .unwrap()
+                    .into_owned()
+            })
+            .collect();
+        assert_eq!(records, payloads());
     }
 }
 
 #[test]
 fn data_directory_header_v1_bytes_are_stable() {
     let h = DataDirHeader {
-        directory_id: *b"orbitkv-golden!!",
+        directory_id: GOLDEN_DIR,
         created_unix_ms: 1_764_547_200_000,
         flags: 0,
     };

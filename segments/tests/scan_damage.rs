@@ -14,7 +14,7 @@ use common::{header, meta, payload, segment};
 use orbitkv_segments::frame::encode_frame;
 use orbitkv_segments::{
     Alignment, Compression, Error, FrameBody, FrameRef, ScanEnd, ScanItem, ScanMode, Scanner,
-    SegmentHeader, StopReason,
+    SegmentBuilder, SegmentHeader, StopReason,
 };
 
 /// (record sequence, payload) of every frame the scan returned.
@@ -128,34 +128,162 @@ fn truncation_at_every_byte_keeps_exactly_the_complete_frames() {
     }
 }
 
-#[test]
-fn every_bit_flip_of_a_frame_is_decoded_exactly_or_reported() {
-    let b = segment(7, Alignment::Packed, 3, 64);
-    let e = &b.entries()[1];
-    let (from, to) = (
-        e.offset as usize,
-        (e.offset + u64::from(e.frame_len)) as usize,
-    );
-    let orig = originals(3, 64);
-    for bit in from * 8..to * 8 {
-        let mut bytes = b.bytes().to_vec();
-        bytes[bit / 8] ^= 1 << (bit % 8);
-        let (items, end) = scan(&bytes, ScanMode::TolerateTail);
-        let got = frames(&items, &bytes);
-        // Never a frame that was not written: every returned frame is an original, in order.
-        for g in &got {
-            assert!(orig[..3].contains(g), "bit {bit}: a frame decoded wrong");
-        }
-        if got.len() == 3 {
-            continue; // the flip hit alignment fill, which carries no data
-        }
-        // Otherwise the middle frame is reported and the last one is still found.
-        assert_eq!(got, vec![orig[0].clone(), orig[2].clone()], "bit {bit}");
-        let bad = corrupt(&items);
-        assert_eq!(bad.len(), 1, "bit {bit}");
-        assert_eq!(bad[0].0, e.offset, "bit {bit}");
-        assert_eq!(end.reason, StopReason::CleanEnd, "bit {bit}");
+/// A segment holding every frame kind: record, tombstone, padding (packed only), record, record.
+fn mixed(align: Alignment) -> SegmentBuilder {
+    let mut b = SegmentBuilder::new(header(7, align, false), Compression::None);
+    b.append_record(meta(1, 0), 100, &payload(0, 64)).unwrap();
+    b.append_tombstone(common::key(1, 0), 101).unwrap();
+    if align == Alignment::Packed {
+        b.append_padding(512).unwrap();
     }
+    b.append_record(meta(1, 2), 102, &payload(2, 64)).unwrap();
+    b.append_record(meta(1, 3), 103, &payload(3, 64)).unwrap();
+    b
+}
+
+/// (offset, end, end of header + payload) of every frame of a segment image.
+fn extents(bytes: &[u8]) -> Vec<(usize, usize, usize)> {
+    let (items, _) = scan(bytes, ScanMode::Strict);
+    items
+        .iter()
+        .filter_map(|i| match i {
+            ScanItem::Frame(f) => Some((
+                f.offset as usize,
+                (f.offset + u64::from(f.header.frame_len)) as usize,
+                f.payload.end,
+            )),
+            ScanItem::Corrupt { .. } => None,
+        })
+        .collect()
+}
+
+fn offsets(items: &[ScanItem]) -> Vec<u64> {
+    items
+        .iter()
+        .filter_map(|i| match i {
+            ScanItem::Frame(f) => Some(f.offset),
+            ScanItem::Corrupt { .. } => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_bit_flip_is_decoded_exactly_or_reported() {
+    for align in [Alignment::Packed, Alignment::Direct] {
+        let b = mixed(align);
+        let clean = b.bytes().to_vec();
+        let ext = extents(&clean);
+        let all: Vec<u64> = ext.iter().map(|e| e.0 as u64).collect();
+        let (clean_items, _) = scan(&clean, ScanMode::Strict);
+        let clean_frames = frames(&clean_items, &clean);
+        // Damage each frame but the first: a middle one, the padding/tombstone, and the last.
+        for (k, &(from, to, data_end)) in ext.iter().enumerate().skip(1) {
+            let last = k == ext.len() - 1;
+            let mut bit = from * 8;
+            while bit < to * 8 {
+                let mut bytes = clean.clone();
+                bytes[bit / 8] ^= 1 << (bit % 8);
+                for mode in [ScanMode::TolerateTail, ScanMode::Strict] {
+                    let (items, end) = scan(&bytes, mode);
+                    let got = frames(&items, &bytes);
+                    // Never a frame that was not written.
+                    assert!(
+                        got.iter().all(|g| clean_frames.contains(g)),
+                        "{align:?} bit {bit}"
+                    );
+                    if bit / 8 >= data_end {
+                        // Alignment fill carries no data: everything decodes exactly.
+                        assert_eq!(offsets(&items), all, "{align:?} fill bit {bit}");
+                        assert!(corrupt(&items).is_empty());
+                        assert_eq!(end.reason, StopReason::CleanEnd);
+                        continue;
+                    }
+                    let want: Vec<u64> =
+                        all.iter().copied().filter(|&o| o != from as u64).collect();
+                    assert_eq!(
+                        offsets(&items),
+                        want,
+                        "{align:?} frame {k} bit {bit} {mode:?}"
+                    );
+                    if last {
+                        // Nothing valid follows: a torn tail, or corruption when strict.
+                        assert!(corrupt(&items).is_empty());
+                        assert_eq!(end.valid_len as usize, from);
+                        match mode {
+                            ScanMode::TolerateTail => {
+                                assert!(matches!(end.reason, StopReason::TornTail { .. }))
+                            }
+                            ScanMode::Strict => {
+                                assert!(matches!(end.reason, StopReason::Corrupt { .. }))
+                            }
+                        }
+                    } else {
+                        let bad = corrupt(&items);
+                        assert_eq!(bad.len(), 1, "{align:?} frame {k} bit {bit}");
+                        assert_eq!(bad[0].0 as usize, from);
+                        assert_eq!(end.reason, StopReason::CleanEnd);
+                    }
+                }
+                // Every bit of headers and payloads; a sample of the (large, direct) fill.
+                bit += if bit / 8 >= data_end { 61 } else { 1 };
+            }
+        }
+    }
+}
+
+#[test]
+fn a_frame_image_inside_a_damaged_payload_is_never_returned() {
+    let seg = header(7, Alignment::Packed, false);
+    // A payload that embeds a complete, valid frame of this very segment (sequence 1000).
+    let mut inner = Vec::new();
+    encode_frame(
+        &seg,
+        FrameBody::Record(meta(9, 9)),
+        1000,
+        &payload(9, 40),
+        Compression::None,
+        &mut inner,
+    )
+    .unwrap();
+    let mut outer_payload = vec![0u8; 16];
+    outer_payload.extend_from_slice(&inner);
+    outer_payload.extend_from_slice(&[7u8; 24]);
+    let mut b = SegmentBuilder::new(seg, Compression::None);
+    b.append_record(meta(1, 0), 100, &payload(0, 64)).unwrap();
+    b.append_record(meta(1, 1), 101, &outer_payload).unwrap();
+    b.append_record(meta(1, 2), 102, &payload(2, 64)).unwrap();
+    let mut bytes = b.bytes().to_vec();
+    let damaged = b.entries()[1].clone();
+    let last_payload_byte = (damaged.offset as usize) + 256 + outer_payload.len() - 1;
+    bytes[last_payload_byte] ^= 1;
+    let (items, end) = scan(&bytes, ScanMode::TolerateTail);
+    let seqs: Vec<u64> = frames(&items, &bytes).iter().map(|f| f.0).collect();
+    assert_eq!(seqs, vec![100, 102], "the embedded frame must not surface");
+    assert_eq!(corrupt(&items).len(), 1);
+    assert_eq!(end.reason, StopReason::CleanEnd);
+}
+
+#[test]
+fn a_padding_frame_with_a_non_zero_payload_is_refused() {
+    let seg = header(7, Alignment::Packed, false);
+    let mut b = SegmentBuilder::new(seg, Compression::None);
+    b.append_padding(512).unwrap();
+    let mut bytes = b.bytes().to_vec();
+    // Rewrite the padding payload to non-zero bytes with a matching CRC.
+    let start = orbitkv_segments::SEGMENT_HEADER_LEN;
+    bytes[start + 256..start + 512].fill(0xaa);
+    let crc = crc32c::crc32c(&bytes[start + 256..start + 512]);
+    bytes[start + 32..start + 36].copy_from_slice(&crc.to_le_bytes());
+    let hcrc = crc32c::crc32c(&bytes[start..start + 252]);
+    bytes[start + 252..start + 256].copy_from_slice(&hcrc.to_le_bytes());
+    let (items, end) = scan(&bytes, ScanMode::TolerateTail);
+    assert!(items.is_empty());
+    assert!(matches!(
+        end.reason,
+        StopReason::TornTail {
+            error: Error::InvalidField { .. }
+        }
+    ));
 }
 
 #[test]
@@ -208,6 +336,45 @@ fn a_zeroed_sector_loses_only_the_records_it_held() {
         "later records exist"
     );
     assert_eq!(corrupt(&items).len(), 1);
+    assert_eq!(end.reason, StopReason::CleanEnd);
+}
+
+#[test]
+fn a_zeroed_block_in_a_direct_segment_loses_one_record() {
+    let b = segment(7, Alignment::Direct, 6, 1000);
+    let mut bytes = b.bytes().to_vec();
+    let e = &b.entries()[2];
+    bytes[e.offset as usize..e.offset as usize + 4096].fill(0);
+    let (items, end) = scan(&bytes, ScanMode::TolerateTail);
+    let seqs: Vec<u64> = frames(&items, &bytes).iter().map(|f| f.0).collect();
+    assert_eq!(seqs, vec![100, 101, 103, 104, 105]);
+    assert_eq!(corrupt(&items).len(), 1);
+    assert_eq!(end.reason, StopReason::CleanEnd);
+}
+
+#[test]
+fn a_duplicate_in_the_middle_is_skipped_and_later_frames_kept() {
+    let b = segment(7, Alignment::Packed, 3, 64);
+    let e0 = b.entries()[0].clone();
+    let at = b.entries()[2].offset as usize;
+    let copy =
+        b.bytes()[e0.offset as usize..(e0.offset + u64::from(e0.frame_len)) as usize].to_vec();
+    let mut bytes = b.bytes()[..at].to_vec();
+    bytes.extend_from_slice(&copy);
+    bytes.extend_from_slice(&b.bytes()[at..]);
+    let (items, end) = scan(&bytes, ScanMode::Strict);
+    assert_eq!(frames(&items, &bytes), originals(3, 64));
+    assert!(matches!(
+        corrupt(&items)[..],
+        [(
+            _,
+            Error::SequenceNotIncreasing {
+                previous: 101,
+                found: 100,
+                ..
+            }
+        )]
+    ));
     assert_eq!(end.reason, StopReason::CleanEnd);
 }
 

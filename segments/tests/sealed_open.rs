@@ -1,6 +1,11 @@
 //! A sealed segment opens from its tail alone: the trailer locates the footer, the footer lists
 //! every record with what the index needs; damage to either is a typed error.
 
+#![expect(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
 mod common;
 
 use common::{meta, payload, segment};
@@ -13,9 +18,10 @@ use proptest::prelude::*;
 
 fn open(file: &[u8]) -> Result<(Trailer, Footer), Error> {
     let len = file.len() as u64;
+    let alignment = SegmentHeader::decode(file)?.alignment;
     let t = Trailer::decode(&file[file.len() - TRAILER_LEN..], len)?;
-    let f =
-        t.open_footer(&file[t.footer_offset as usize..(t.footer_offset + t.footer_len) as usize])?;
+    let footer = &file[t.footer_offset as usize..(t.footer_offset + t.footer_len) as usize];
+    let f = t.open_footer(footer, alignment)?;
     Ok((t, f))
 }
 
@@ -102,7 +108,7 @@ fn footer_counts_cannot_make_it_allocate() {
     let crc = crc32c::crc32c(&bytes[..n]);
     bytes[n..].copy_from_slice(&crc.to_le_bytes());
     assert!(matches!(
-        Footer::decode(&bytes, t.footer_offset),
+        Footer::decode(&bytes, t.footer_offset, Alignment::Packed),
         Err(Error::LengthOutOfBounds { .. })
     ));
 }
@@ -118,6 +124,105 @@ proptest! {
         let file = b.seal();
         let (_, f) = open(&file).unwrap();
         prop_assert_eq!(&f.entries, &entries);
-        prop_assert_eq!(Footer::decode(&f.encode(), 0).unwrap(), f);
+        prop_assert_eq!(Footer::decode(&f.encode(), f.data_end, align).unwrap(), f);
+    }
+}
+
+/// Rewrites the footer of a sealed image with `edit`, then re-checksums the footer and re-digests
+/// the trailer, so only the footer's own rules can refuse it.
+fn forge(file: &[u8], edit: impl Fn(&mut Vec<u8>)) -> Vec<u8> {
+    let (t, _) = open(file).unwrap();
+    let (from, to) = (
+        t.footer_offset as usize,
+        (t.footer_offset + t.footer_len) as usize,
+    );
+    let mut footer = file[from..to].to_vec();
+    edit(&mut footer);
+    let n = footer.len() - 4;
+    let crc = crc32c::crc32c(&footer[..n]);
+    footer[n..].copy_from_slice(&crc.to_le_bytes());
+    let trailer = Trailer {
+        footer_digest: orbitkv_segments::footer::footer_digest(&footer),
+        ..t
+    };
+    let mut out = file[..from].to_vec();
+    out.extend_from_slice(&footer);
+    out.extend_from_slice(&file[to..file.len() - TRAILER_LEN]);
+    out.extend_from_slice(&trailer.encode());
+    out
+}
+
+const ENTRY: usize = 32; // first index entry
+const E2: usize = 32 + 256; // second index entry
+
+fn put32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+fn put64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+#[test]
+fn forged_footers_are_refused_by_the_entry_rules() {
+    let file = segment(5, Alignment::Packed, 3, 64).seal();
+    // The forge itself leaves a valid footer valid.
+    assert!(open(&forge(&file, |_| {})).is_ok());
+    type Edit = Box<dyn Fn(&mut Vec<u8>)>;
+    let cases: Vec<(&str, Edit)> = vec![
+        ("zero-length frame", Box::new(|f| put32(f, ENTRY + 4, 0))),
+        (
+            "overlapping entries",
+            Box::new(|f| {
+                let first = u64::from_le_bytes(f[ENTRY + 8..ENTRY + 16].try_into().unwrap());
+                put64(f, E2 + 8, first);
+            }),
+        ),
+        (
+            "stored length beyond the limit",
+            Box::new(|f| {
+                put32(f, ENTRY + 24, u32::MAX);
+                put32(f, ENTRY + 28, u32::MAX);
+            }),
+        ),
+        (
+            "two lengths without compression",
+            Box::new(|f| put32(f, ENTRY + 28, 65)),
+        ),
+        (
+            "frame length off the grid",
+            Box::new(|f| {
+                let l = u32::from_le_bytes(f[ENTRY + 4..ENTRY + 8].try_into().unwrap());
+                put32(f, ENTRY + 4, l + 8);
+            }),
+        ),
+        (
+            "offset off the grid",
+            Box::new(|f| {
+                let o = u64::from_le_bytes(f[E2 + 8..E2 + 16].try_into().unwrap());
+                put64(f, E2 + 8, o + 4);
+            }),
+        ),
+        (
+            "entry past the data end",
+            Box::new(|f| put64(f, 16, 4096 + 100)),
+        ),
+        ("sequences out of order", Box::new(|f| put64(f, E2 + 16, 1))),
+        (
+            "a tombstone entry with a payload",
+            Box::new(|f| {
+                f[ENTRY] = 2; // kind: tombstone, yet 64 payload bytes
+            }),
+        ),
+        (
+            "summary mismatch",
+            Box::new(|f| {
+                let at = f.len() - 4 - 48 + 32;
+                put64(f, at, 99);
+            }),
+        ),
+        ("data end inside the header", Box::new(|f| put64(f, 16, 10))),
+    ];
+    for (name, edit) in cases {
+        assert!(open(&forge(&file, edit)).is_err(), "{name} accepted");
     }
 }

@@ -20,11 +20,16 @@ impl Writer {
     pub(crate) fn raw(&mut self, v: &[u8]) {
         self.buf.extend_from_slice(v);
     }
-    /// `u16` length, then bytes; text fields are bounded by their types to under 64 KiB.
-    pub(crate) fn text(&mut self, v: &str) {
-        let len = v.len().min(usize::from(u16::MAX));
-        self.buf.extend_from_slice(&(len as u16).to_le_bytes());
-        self.buf.extend_from_slice(&v.as_bytes()[..len]);
+    /// `u16` length, then bytes; longer text is refused, never cut.
+    pub(crate) fn text(&mut self, field: &'static str, v: &str) -> Result<()> {
+        let len = u16::try_from(v.len()).map_err(|_| Error::FieldTooLong {
+            field,
+            len: v.len(),
+            limit: usize::from(u16::MAX),
+        })?;
+        self.buf.extend_from_slice(&len.to_le_bytes());
+        self.buf.extend_from_slice(v.as_bytes());
+        Ok(())
     }
 }
 

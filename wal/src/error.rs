@@ -83,6 +83,16 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A text field longer than a record can hold (refused when encoding, never truncated).
+    #[error("manifest field {field} is {len} bytes, longer than {limit}")]
+    FieldTooLong {
+        /// The field.
+        field: &'static str,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// A well-formed record that contradicts the state before it (a writer bug).
     #[error("manifest record {sequence} at byte {offset}: {reason}")]
     Invalid {

@@ -95,6 +95,9 @@ pub struct Snapshot {
     pub namespaces: BTreeMap<Namespace, NamespaceState>,
     /// Segments by id.
     pub segments: BTreeMap<u64, SegmentState>,
+    /// The highest segment sequence ever created, deleted segments included: segment sequences
+    /// are never reused, even after the log is truncated to a checkpoint.
+    pub last_segment_sequence: Option<u64>,
 }
 
 /// One manifest record.
@@ -149,17 +152,18 @@ impl ManifestRecord {
     }
 }
 
-fn put_info(w: &mut Writer, info: &NamespaceInfo) {
+fn put_info(w: &mut Writer, info: &NamespaceInfo) -> Result<()> {
     w.raw(&info.identity);
     w.raw(&info.layout_digest);
-    w.text(&info.model);
-    w.text(&info.revision);
-    w.text(&info.engine);
-    w.text(&info.engine_release);
-    w.text(&info.dtype);
+    w.text("model", &info.model)?;
+    w.text("revision", &info.revision)?;
+    w.text("engine", &info.engine)?;
+    w.text("engine release", &info.engine_release)?;
+    w.text("dtype", &info.dtype)?;
     w.u32(info.parallel.tensor);
     w.u32(info.parallel.pipeline);
     w.u32(info.parallel.context);
+    Ok(())
 }
 
 fn get_info(r: &mut Reader<'_>) -> Result<NamespaceInfo> {
@@ -229,12 +233,12 @@ fn get_ids(r: &mut Reader<'_>) -> Result<Vec<u64>> {
 }
 
 /// Encodes a record's payload.
-fn encode_payload(rec: &ManifestRecord) -> Vec<u8> {
+fn encode_payload(rec: &ManifestRecord) -> Result<Vec<u8>> {
     let mut w = Writer::default();
     match rec {
         ManifestRecord::NamespaceRegistered { namespace, info } => {
             w.raw(&namespace.0);
-            put_info(&mut w, info);
+            put_info(&mut w, info)?;
         }
         ManifestRecord::NamespaceRetired {
             namespace,
@@ -251,10 +255,17 @@ fn encode_payload(rec: &ManifestRecord) -> Vec<u8> {
             put_ids(&mut w, outputs);
         }
         ManifestRecord::Checkpoint(snap) => {
+            match snap.last_segment_sequence {
+                None => w.u8(0),
+                Some(s) => {
+                    w.u8(1);
+                    w.u64(s);
+                }
+            }
             w.u32(snap.namespaces.len() as u32);
             for (ns, st) in &snap.namespaces {
                 w.raw(&ns.0);
-                put_info(&mut w, &st.info);
+                put_info(&mut w, &st.info)?;
                 match st.retired_below {
                     None => w.u8(0),
                     Some(wm) => {
@@ -279,7 +290,7 @@ fn encode_payload(rec: &ManifestRecord) -> Vec<u8> {
             }
         }
     }
-    w.buf
+    Ok(w.buf)
 }
 
 fn decode_payload(code: u8, payload: &[u8], offset: u64) -> Result<ManifestRecord> {
@@ -303,7 +314,15 @@ fn decode_payload(code: u8, payload: &[u8], offset: u64) -> Result<ManifestRecor
             outputs: get_ids(&mut r)?,
         },
         7 => {
-            let mut snap = Snapshot::default();
+            let last_segment_sequence = match r.u8()? {
+                0 => None,
+                1 => Some(r.u64()?),
+                other => return Err(r.malformed(format!("bad segment-sequence tag {other}"))),
+            };
+            let mut snap = Snapshot {
+                last_segment_sequence,
+                ..Snapshot::default()
+            };
             // A namespace entry is at least 32 + 64 + 5·2 + 12 + 1 bytes.
             for _ in 0..r.count(119)? {
                 let ns = Namespace(r.array()?);
@@ -362,7 +381,7 @@ fn decode_payload(code: u8, payload: &[u8], offset: u64) -> Result<ManifestRecor
 
 /// Appends one framed record with sequence `sequence` to `out`.
 pub fn encode_record(sequence: u64, rec: &ManifestRecord, out: &mut Vec<u8>) -> Result<()> {
-    let payload = encode_payload(rec);
+    let payload = encode_payload(rec)?;
     if payload.len() > MAX_RECORD_PAYLOAD {
         return Err(Error::LengthOutOfBounds {
             offset: out.len() as u64,

@@ -29,8 +29,9 @@ fn snapshot() -> impl Strategy<Value = Snapshot> {
     (
         prop::collection::vec(ns, 0..5),
         prop::collection::vec(seg, 0..8),
+        prop::option::of(any::<u64>()),
     )
-        .prop_map(|(nss, segs)| {
+        .prop_map(|(nss, segs, last)| {
             let mut namespaces = BTreeMap::new();
             for (n, model, wm) in nss {
                 namespaces.insert(
@@ -66,6 +67,7 @@ fn snapshot() -> impl Strategy<Value = Snapshot> {
             Snapshot {
                 namespaces,
                 segments,
+                last_segment_sequence: last,
             }
         })
 }

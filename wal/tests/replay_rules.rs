@@ -37,12 +37,79 @@ fn a_checkpoint_stands_for_everything_before_it() {
     let r = replay(&truncated);
     assert_eq!(r.stop, ReplayStop::CleanEnd);
     let mut expected = full.state.clone();
+    expected.apply(30, &full.state.checkpoint(), 0).unwrap();
     expected.apply(31, &created(5, 5), 0).unwrap();
-    assert_eq!(r.state.snapshot, expected.snapshot);
-    // Segment sequences are never reused, even across a truncated log.
-    let mut reuse = truncated.clone();
-    encode_record(32, &created(6, 3), &mut reuse).unwrap();
+    assert_eq!(r.state, expected);
+    // Segment sequence 4 belonged to a segment deleted before the checkpoint: still never reused.
+    assert_eq!(full.state.snapshot.last_segment_sequence, Some(4));
+    let mut reuse = Vec::new();
+    encode_record(30, &full.state.checkpoint(), &mut reuse).unwrap();
+    encode_record(31, &created(6, 4), &mut reuse).unwrap();
     assert!(matches!(replay(&reuse).stop, ReplayStop::Invalid { .. }));
+}
+
+#[test]
+fn a_mid_log_checkpoint_must_restate_the_state() {
+    let full = replay(&encode(&history()));
+    let mut bytes = encode(&history());
+    let mut changed = full.state.snapshot.clone();
+    // Un-retiring a namespace through a checkpoint would resurrect dead records.
+    for ns in changed.namespaces.values_mut() {
+        ns.retired_below = None;
+    }
+    encode_record(40, &ManifestRecord::Checkpoint(changed), &mut bytes).unwrap();
+    assert!(matches!(replay(&bytes).stop, ReplayStop::Invalid { .. }));
+    let mut same = encode(&history());
+    encode_record(40, &full.state.checkpoint(), &mut same).unwrap();
+    assert_eq!(replay(&same).stop, ReplayStop::CleanEnd);
+}
+
+#[test]
+fn a_starting_checkpoint_must_be_consistent() {
+    let ns = Namespace([1; 32]);
+    let mut snap = orbitkv_wal::Snapshot::default();
+    snap.namespaces.insert(
+        ns,
+        orbitkv_wal::NamespaceState {
+            info: info("x"),
+            retired_below: Some(100),
+        },
+    );
+    let mut bytes = Vec::new();
+    encode_record(5, &ManifestRecord::Checkpoint(snap.clone()), &mut bytes).unwrap();
+    assert!(
+        matches!(replay(&bytes).stop, ReplayStop::Invalid { .. }),
+        "watermark after itself"
+    );
+    snap.namespaces.clear();
+    for id in [1, 2] {
+        let ManifestRecord::SegmentCreated(c) = created(id, 7) else {
+            unreachable!()
+        };
+        snap.segments.insert(id, SegmentState::Active(c));
+    }
+    snap.last_segment_sequence = Some(7);
+    let mut bytes = Vec::new();
+    encode_record(5, &ManifestRecord::Checkpoint(snap), &mut bytes).unwrap();
+    assert!(
+        matches!(replay(&bytes).stop, ReplayStop::Invalid { .. }),
+        "shared sequence"
+    );
+}
+
+#[test]
+fn text_longer_than_a_record_field_is_refused_not_cut() {
+    let mut out = Vec::new();
+    let long = "é".repeat(40_000);
+    let rec = ManifestRecord::NamespaceRegistered {
+        namespace: Namespace([1; 32]),
+        info: info(&long),
+    };
+    assert!(matches!(
+        encode_record(1, &rec, &mut out),
+        Err(Error::FieldTooLong { field: "model", .. })
+    ));
+    assert!(out.is_empty());
 }
 
 #[test]
@@ -122,6 +189,44 @@ fn contradictory_records_stop_replay() {
                 ManifestRecord::CompactionCommitted {
                     inputs: vec![],
                     outputs: vec![1],
+                },
+            ),
+        ],
+        // An input still being written cannot be compacted away.
+        vec![
+            (1, created(1, 1)),
+            (2, created(2, 2)),
+            (3, sealed(2)),
+            (
+                4,
+                ManifestRecord::CompactionCommitted {
+                    inputs: vec![1],
+                    outputs: vec![2],
+                },
+            ),
+        ],
+        // An input that is also an output, or listed twice.
+        vec![
+            (1, created(1, 1)),
+            (2, sealed(1)),
+            (
+                3,
+                ManifestRecord::CompactionCommitted {
+                    inputs: vec![1],
+                    outputs: vec![1],
+                },
+            ),
+        ],
+        vec![
+            (1, created(1, 1)),
+            (2, sealed(1)),
+            (3, created(2, 2)),
+            (4, sealed(2)),
+            (
+                5,
+                ManifestRecord::CompactionCommitted {
+                    inputs: vec![1, 1],
+                    outputs: vec![2],
                 },
             ),
         ],
