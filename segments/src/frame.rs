@@ -457,7 +457,10 @@ impl FrameHeader {
                 self.stored_len
             )));
         }
-        let actual = crc32c(stored);
+        self.check_payload_crc(crc32c(stored), offset)
+    }
+
+    fn check_payload_crc(&self, actual: u32, offset: u64) -> Result<()> {
         if actual != self.payload_crc {
             return Err(Error::ChecksumMismatch {
                 what: "frame",
@@ -499,16 +502,7 @@ impl FrameHeader {
             return Ok(());
         }
         let actual = copy_with_crc32c(stored, dst).unwrap_or(!self.payload_crc);
-        if actual != self.payload_crc {
-            return Err(Error::ChecksumMismatch {
-                what: "frame",
-                kind: Checksum::Payload,
-                offset,
-                expected: self.payload_crc,
-                actual,
-            });
-        }
-        Ok(())
+        self.check_payload_crc(actual, offset)
     }
 
     /// The verified, decompressed payload (borrowed when it was stored uncompressed).
