@@ -36,8 +36,8 @@ pub enum Target {
     AtMost(f64),
 }
 
-/// Prints `name: ratio = value(a) / value(b)` with the target, where `value` is throughput
-/// (`bytes / median time`) when `per_byte` is given, else the median time itself.
+/// Prints the ratio of `subject` to `baseline` with its target: the ratio of their median times
+/// when `ratio_of_times`, else of their throughputs (baseline time / subject time).
 pub fn report(name: &str, subject: &str, baseline: &str, ratio_of_times: bool, target: Target) {
     let (Some(s), Some(b)) = (median(subject), median(baseline)) else {
         println!("RATIO {name}: not measured (filtered out)");
@@ -50,9 +50,22 @@ pub fn report(name: &str, subject: &str, baseline: &str, ratio_of_times: bool, t
         Target::AtMost(t) => (ratio <= t, format!("<= {t}")),
     };
     println!(
-        "RATIO {name}: {ratio:.4} (target {bound}: {}) [{subject}: {:.3} ms, {baseline}: {:.3} ms]",
+        "RATIO {name}: {ratio:.4} (target {bound}: {}) [{subject}: {}, {baseline}: {}]",
         if ok { "met" } else { "NOT met" },
-        s * 1e3,
-        b * 1e3
+        human(s),
+        human(b)
     );
+}
+
+/// Seconds in the unit that keeps three significant digits readable.
+fn human(secs: f64) -> String {
+    if secs >= 1.0 {
+        format!("{secs:.3} s")
+    } else if secs >= 1e-3 {
+        format!("{:.3} ms", secs * 1e3)
+    } else if secs >= 1e-6 {
+        format!("{:.3} µs", secs * 1e6)
+    } else {
+        format!("{:.1} ns", secs * 1e9)
+    }
 }
