@@ -1,0 +1,87 @@
+//! The store's I/O, behind a trait: every byte the store reads or writes, every sync, create,
+//! rename and lock goes through [`Io`], so tests can inject failures and power loss
+//! ([`fault::FaultIo`]) and production picks the backend ([`std_io::StdIo`]: positioned
+//! `pread`/`pwrite` on real files).
+
+pub mod fault;
+pub mod std_io;
+
+use std::any::Any;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+/// An open file: positioned reads and writes, sync, length.
+pub trait IoFile: Send + Sync {
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many (0 at end of file).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Writes up to `buf.len()` bytes at `offset`; returns how many (a short write is possible).
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize>;
+    /// Makes the file's data durable (fdatasync).
+    fn sync(&self) -> io::Result<()>;
+    /// Current size in bytes.
+    fn size(&self) -> io::Result<u64>;
+    /// Truncates or extends.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+
+    /// Reads exactly `buf.len()` bytes at `offset`, or fails with `UnexpectedEof`.
+    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            let n = self.read_at(buf, offset)?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "file ends early",
+                ));
+            }
+            buf = &mut buf[n..];
+            offset += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Writes all of `buf` at `offset`, retrying short writes.
+    fn write_all_at(&self, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            let n = self.write_at(buf, offset)?;
+            if n == 0 {
+                return Err(io::Error::new(io::ErrorKind::WriteZero, "write returned 0"));
+            }
+            buf = &buf[n..];
+            offset += n as u64;
+        }
+        Ok(())
+    }
+}
+
+/// How to open a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Read only; the file must exist.
+    Read,
+    /// Read and write; the file must exist.
+    ReadWrite,
+    /// Read and write; created empty, failing if it exists.
+    CreateNew,
+}
+
+/// A file system.
+pub trait Io: Send + Sync {
+    /// Opens `path`.
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn IoFile>>;
+    /// Creates `path` and its parents.
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Names in directory `path` (files only, sorted).
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
+    /// Whether `path` exists.
+    fn exists(&self, path: &Path) -> bool;
+    /// Removes file `path`.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Renames `from` to `to` (replacing `to`).
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Makes directory `path`'s entries durable (creations, renames, removals).
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    /// Takes an exclusive lock on `path` (created if missing) for as long as the returned guard
+    /// lives; `WouldBlock` when someone else holds it.
+    fn lock_exclusive(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>>;
+}

@@ -1,0 +1,634 @@
+//! OrbitKV's store: state records in a log of segment files with a manifest, an in-DRAM index,
+//! and verified reads.
+//!
+//! - [`StateStore::open`] locks the data directory, checks its format version, replays the
+//!   manifest, opens sealed segments from their footers alone, scans the active segment
+//!   (truncating a torn tail, keeping every valid record after a corrupt one), seals it, and
+//!   rebuilds the index ([`RecoveryReport`] says what it found).
+//! - [`StateStore::put`] appends a bundle of records as frames to the active segment (one write),
+//!   indexes them, and with [`Durability::EveryPut`] syncs before returning; the receipt says
+//!   whether the records are durable.
+//! - [`StateStore::get`] reads a record and verifies it — the full key and sequence in its frame
+//!   header, the CRC fused with the copy — a mismatch is a miss, a counted failure and the
+//!   record's removal from the index, never bytes returned.
+//! - [`StateStore::retire_namespace`] is one durable manifest record with a sequence watermark:
+//!   no older record of the namespace is served again, before or after a restart.
+//!
+//! Failure policy: a failed fsync is never retried as if the data were safe — the records written
+//! since the last good sync are dropped from the index and counted as lost, and the segment is
+//! sealed off (the next put opens a new one); on ENOSPC the store refuses puts and keeps serving
+//! reads; an I/O error reading a segment quarantines it (its records become misses).
+//!
+//! All I/O goes through [`io::Io`]; tests use [`io::fault::FaultIo`] to inject failures and power
+//! loss.
+
+pub mod dir;
+pub mod error;
+pub mod io;
+mod manifest;
+mod recover;
+mod segment;
+pub mod stats;
+
+use std::any::Any;
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use orbitkv_index::{Index, Record, Tier};
+use orbitkv_segments::{
+    Alignment, Compression, FRAME_HEADER_LEN, FrameBody, FrameHeader, RecordMeta, SegmentHeader,
+};
+use orbitkv_state::{Namespace, StateKey};
+use orbitkv_wal::{ManifestRecord, NamespaceInfo, SegmentCreated, SegmentSealed, SegmentState};
+
+pub use crate::dir::Layout;
+use crate::error::io_err;
+pub use crate::error::{Error, Result};
+use crate::io::{Io, OpenMode};
+use crate::manifest::Manifest;
+pub use crate::recover::RecoveryReport;
+use crate::segment::{Active, SegmentFile};
+use crate::stats::{Stats, StatsSnapshot};
+
+/// When put bytes become durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Every put syncs before it returns.
+    EveryPut,
+    /// Puts return once written; [`StateStore::sync`] makes them durable (group commit).
+    Manual,
+}
+
+/// How to open a store.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// The data directory (created if missing).
+    pub data_dir: PathBuf,
+    /// A segment is sealed and a new one started once it would pass this size.
+    pub segment_bytes: u64,
+    /// Frame alignment of new segments.
+    pub alignment: Alignment,
+    /// Payload compression of new segments.
+    pub compression: Compression,
+    /// Sync policy.
+    pub durability: Durability,
+    /// Records the index should hold without rebuilding its tables.
+    pub index_capacity: usize,
+    /// The manifest is rewritten as one checkpoint after this many records.
+    pub checkpoint_every: u64,
+}
+
+impl StoreConfig {
+    /// Defaults for `data_dir`: 256 MiB packed segments, no compression, a sync per put.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            segment_bytes: 256 << 20,
+            alignment: Alignment::Packed,
+            compression: Compression::None,
+            durability: Durability::EveryPut,
+            index_capacity: 0,
+            checkpoint_every: manifest::CHECKPOINT_EVERY,
+        }
+    }
+}
+
+/// What a put did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PutReceipt {
+    /// Sequence of the bundle's first record.
+    pub first_sequence: u64,
+    /// Records written.
+    pub records: usize,
+    /// Whether they are durable now.
+    pub durable: bool,
+}
+
+struct Writer {
+    manifest: Manifest,
+    active: Option<Active>,
+    next_sequence: u64,
+    next_segment_id: u64,
+    refuse: Option<String>,
+}
+
+/// The store. Share it by `Arc`; every method takes `&self`. Readers never wait for the writer.
+pub struct StateStore {
+    io: Arc<dyn Io>,
+    layout: Layout,
+    config: StoreConfig,
+    directory_id: [u8; 16],
+    _lock: Box<dyn Any + Send + Sync>,
+    index: Index,
+    segments: RwLock<BTreeMap<u64, Arc<SegmentFile>>>,
+    quarantined: RwLock<HashSet<u64>>,
+    writer: Mutex<Writer>,
+    stats: Stats,
+    report: RecoveryReport,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A directory id: distinguishes data directories (not a secret). Time and process id suffice.
+fn random_id() -> [u8; 16] {
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    (t ^ (u128::from(std::process::id()) << 96)).to_le_bytes()
+}
+
+impl StateStore {
+    /// Opens (creating if needed) the store in `config.data_dir` on `io`, recovering it.
+    pub fn open(io: Arc<dyn Io>, config: StoreConfig) -> Result<Self> {
+        let layout = Layout::new(&config.data_dir);
+        io.create_dir_all(&layout.segments())
+            .map_err(io_err(&layout.segments(), "create directory"))?;
+        let lock = io.lock_exclusive(&layout.lock()).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                Error::Locked {
+                    path: layout.root.clone(),
+                }
+            } else {
+                io_err(&layout.lock(), "lock")(e)
+            }
+        })?;
+        let (header, _) = dir::open_header(io.as_ref(), &layout, now_ms(), random_id())?;
+        let opened = Manifest::open(io.as_ref(), &layout)?;
+        let mut manifest = opened.manifest;
+        let stats = Stats::default();
+        let index = Index::with_capacity(config.index_capacity);
+        let report = RecoveryReport {
+            manifest_truncated: opened.truncated,
+            bytes_read: opened.bytes_read,
+            ..RecoveryReport::default()
+        };
+        let rec = recover::recover(io.as_ref(), &layout, &manifest.state, &index, report)?;
+        let report = rec.report;
+        let mut next_sequence = rec
+            .max_record_sequence
+            .max(manifest.state.last_sequence)
+            .map_or(1, |s| s + 1);
+        let mut segments = rec.segments;
+        // Seal what was active (or forget it when empty): recovery scans only one active tail.
+        for (created, found) in rec.actives {
+            match found {
+                Some(a) if !a.entries.is_empty() => {
+                    let mut active =
+                        Active::resume(a.header, a.file, a.len, a.entries, config.compression);
+                    let (digest, data_end) = active.seal()?;
+                    manifest.append(
+                        next_sequence,
+                        ManifestRecord::SegmentSealed(SegmentSealed {
+                            segment_id: created.segment_id,
+                            footer_digest: digest,
+                            records: active.entries.len() as u64,
+                            data_end,
+                        }),
+                    )?;
+                    next_sequence += 1;
+                }
+                other => {
+                    manifest.append(
+                        next_sequence,
+                        ManifestRecord::SegmentDeleted {
+                            segment_id: created.segment_id,
+                        },
+                    )?;
+                    next_sequence += 1;
+                    segments.remove(&created.segment_id);
+                    if let Some(a) = other {
+                        let _ = io.remove_file(&a.file.path);
+                    }
+                }
+            }
+        }
+        for (id, why) in &report.quarantined {
+            tracing::warn!(segment = id, "quarantined: {why}");
+        }
+        Stats::add(&stats.open_bytes_read, report.bytes_read);
+        Stats::add(&stats.open_payload_bytes, report.payload_bytes);
+        Stats::add(&stats.torn_tails_truncated, report.torn_tails.len() as u64);
+        Stats::add(&stats.corrupt_records, report.corrupt_records.len() as u64);
+        Stats::add(&stats.quarantined_segments, report.quarantined.len() as u64);
+        let next_segment_id = manifest
+            .state
+            .snapshot
+            .segments
+            .keys()
+            .chain(report.quarantined.iter().map(|(id, _)| id))
+            .max()
+            .map_or(1, |m| m + 1);
+        let quarantined = report.quarantined.iter().map(|(id, _)| *id).collect();
+        Ok(Self {
+            io,
+            layout,
+            config,
+            directory_id: header.directory_id,
+            _lock: lock,
+            index,
+            segments: RwLock::new(segments),
+            quarantined: RwLock::new(quarantined),
+            writer: Mutex::new(Writer {
+                manifest,
+                active: None,
+                next_sequence,
+                next_segment_id,
+                refuse: None,
+            }),
+            stats,
+            report,
+        })
+    }
+
+    /// What recovery found when the store was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.report
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    /// The index (for probes and inspection).
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    fn writer(&self) -> MutexGuard<'_, Writer> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a namespace (durably), so its records may be put.
+    pub fn register_namespace(&self, namespace: Namespace, info: NamespaceInfo) -> Result<()> {
+        let mut w = self.writer();
+        if w.manifest
+            .state
+            .snapshot
+            .namespaces
+            .get(&namespace)
+            .is_some_and(|n| n.info == info)
+        {
+            return Ok(());
+        }
+        let seq = w.next_sequence;
+        w.manifest
+            .append(seq, ManifestRecord::NamespaceRegistered { namespace, info })?;
+        w.next_sequence += 1;
+        Ok(())
+    }
+
+    /// Retires `namespace`: one durable manifest record whose sequence is the watermark; no record
+    /// of the namespace older than it is served again. Returns the watermark.
+    pub fn retire_namespace(&self, namespace: Namespace) -> Result<u64> {
+        let mut w = self.writer();
+        let seq = w.next_sequence;
+        w.manifest.append(
+            seq,
+            ManifestRecord::NamespaceRetired {
+                namespace,
+                watermark: seq,
+            },
+        )?;
+        w.next_sequence += 1;
+        self.index.retire(&namespace, seq);
+        Ok(seq)
+    }
+
+    /// Starts a new active segment: the manifest names it durably before the file exists.
+    fn start_segment(&self, w: &mut Writer) -> Result<()> {
+        let id = w.next_segment_id;
+        let seq = w
+            .manifest
+            .state
+            .snapshot
+            .last_segment_sequence
+            .map_or(1, |s| s + 1);
+        let created = SegmentCreated {
+            segment_id: id,
+            segment_sequence: seq,
+            direct: self.config.alignment == Alignment::Direct,
+            compression: self.config.compression != Compression::None,
+        };
+        let mseq = w.next_sequence;
+        w.manifest
+            .append(mseq, ManifestRecord::SegmentCreated(created))?;
+        w.next_sequence += 1;
+        w.next_segment_id += 1;
+        let path = self.layout.segment(id);
+        let file = self
+            .io
+            .open(&path, OpenMode::CreateNew)
+            .map_err(io_err(&path, "create segment"))?;
+        let seg = Arc::new(SegmentFile {
+            id,
+            path: path.clone(),
+            file,
+        });
+        let header = SegmentHeader {
+            segment_id: id,
+            sequence: seq,
+            created_unix_ms: now_ms(),
+            directory_id: self.directory_id,
+            alignment: self.config.alignment,
+            compression: created.compression,
+        };
+        let mut active = Active::create(header, seg.clone(), self.config.compression)?;
+        active.sync()?;
+        self.io
+            .sync_dir(&self.layout.segments())
+            .map_err(io_err(&self.layout.segments(), "fsync directory"))?;
+        self.segments
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, seg);
+        w.active = Some(active);
+        Ok(())
+    }
+
+    /// Seals the active segment (footer, trailer, sync, manifest record).
+    fn seal_active(&self, w: &mut Writer) -> Result<()> {
+        let Some(mut active) = w.active.take() else {
+            return Ok(());
+        };
+        let (digest, data_end) = active.seal()?;
+        let seq = w.next_sequence;
+        w.manifest.append(
+            seq,
+            ManifestRecord::SegmentSealed(SegmentSealed {
+                segment_id: active.seg.id,
+                footer_digest: digest,
+                records: active.entries.len() as u64,
+                data_end,
+            }),
+        )?;
+        w.next_sequence += 1;
+        if w.manifest.wants_checkpoint(self.config.checkpoint_every) {
+            let seq = w.next_sequence;
+            w.manifest.checkpoint(self.io.as_ref(), seq)?;
+            w.next_sequence += 1;
+        }
+        Ok(())
+    }
+
+    /// A failed sync: the records since the last good sync are lost; the segment is sealed off.
+    fn lose_unsynced(&self, w: &mut Writer) {
+        if let Some(active) = w.active.take() {
+            let lost = &active.entries[active.unsynced_from..];
+            for e in lost {
+                if let Some(k) = e.key() {
+                    self.index.remove(k, Some(e.record_sequence));
+                }
+            }
+            Stats::add(&self.stats.lost_records, lost.len() as u64);
+            tracing::error!(
+                segment = active.seg.id,
+                lost = lost.len(),
+                "fsync failed: records since the last good sync are treated as lost; segment sealed off"
+            );
+        }
+    }
+
+    /// Appends a bundle of records (one write) and indexes them; with [`Durability::EveryPut`]
+    /// they are durable when this returns.
+    pub fn put(&self, records: &[(RecordMeta, &[u8])]) -> Result<PutReceipt> {
+        let mut w = self.writer();
+        if let Some(reason) = &w.refuse {
+            Stats::add(&self.stats.refused_puts, 1);
+            return Err(Error::WritesRefused {
+                reason: reason.clone(),
+            });
+        }
+        for (meta, payload) in records {
+            if !w
+                .manifest
+                .state
+                .snapshot
+                .namespaces
+                .contains_key(&meta.key.namespace)
+            {
+                return Err(Error::UnknownNamespace(meta.key.namespace));
+            }
+            if payload.len() > orbitkv_segments::MAX_PAYLOAD_LEN {
+                return Err(Error::BadBundle(format!(
+                    "a payload of {} bytes exceeds {}",
+                    payload.len(),
+                    orbitkv_segments::MAX_PAYLOAD_LEN
+                )));
+            }
+        }
+        let need: u64 = records
+            .iter()
+            .map(|(_, p)| (p.len() + FRAME_HEADER_LEN + self.config.alignment.unit()) as u64)
+            .sum();
+        let full = w.active.as_ref().is_some_and(|a| {
+            !a.entries.is_empty() && a.len + need + a.seal_overhead() > self.config.segment_bytes
+        });
+        let result = (|| {
+            if full {
+                self.seal_active(&mut w)?;
+            }
+            if w.active.is_none() {
+                self.start_segment(&mut w)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            return Err(self.refuse_on(&mut w, e));
+        }
+        let first = w.next_sequence;
+        let Some(active) = w.active.as_mut() else {
+            return Err(Error::WritesRefused {
+                reason: "no active segment".to_owned(),
+            });
+        };
+        let entries = match active.append(records, first) {
+            Ok(e) => e,
+            Err(e) => return Err(self.refuse_on(&mut w, e)),
+        };
+        let seg = u32::try_from(active.seg.id).unwrap_or(u32::MAX);
+        w.next_sequence += records.len() as u64;
+        for (e, (meta, payload)) in entries.iter().zip(records) {
+            let rec = Record {
+                tier: Tier::Ssd,
+                segment: seg,
+                offset: e.offset,
+                stored_len: e.stored_len,
+                range: meta.range,
+                sequence: e.record_sequence,
+                format: meta.format,
+            };
+            self.index.insert(&meta.key, rec)?;
+            Stats::add(&self.stats.put_bytes, payload.len() as u64);
+        }
+        Stats::add(&self.stats.puts, 1);
+        Stats::add(&self.stats.put_records, records.len() as u64);
+        let mut durable = false;
+        if self.config.durability == Durability::EveryPut {
+            self.sync_locked(&mut w)?;
+            durable = true;
+        }
+        Ok(PutReceipt {
+            first_sequence: first,
+            records: records.len(),
+            durable,
+        })
+    }
+
+    /// The failure policy for a write or segment-lifecycle error: no space refuses further puts;
+    /// anything else seals the active segment off (the next put starts a new one).
+    fn refuse_on(&self, w: &mut Writer, e: Error) -> Error {
+        Stats::add(&self.stats.refused_puts, 1);
+        let no_space = matches!(&e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull);
+        if no_space {
+            tracing::error!("no space left: refusing puts, still serving reads ({e})");
+            w.refuse = Some("no space left on the data directory's device".to_owned());
+        } else {
+            tracing::error!("write failed: sealing the active segment off ({e})");
+            self.lose_unsynced(w);
+        }
+        e
+    }
+
+    fn sync_locked(&self, w: &mut Writer) -> Result<()> {
+        let Some(active) = w.active.as_mut() else {
+            return Ok(());
+        };
+        if let Err(e) = active.sync() {
+            self.lose_unsynced(w);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Makes every accepted put durable (with [`Durability::Manual`]).
+    pub fn sync(&self) -> Result<()> {
+        let mut w = self.writer();
+        self.sync_locked(&mut w)
+    }
+
+    /// How many keys of `chain`, from the first, are stored (one call).
+    pub fn probe(&self, chain: &[StateKey]) -> usize {
+        self.index.probe(chain)
+    }
+
+    /// Reads the record of `key` into `out` (replacing its contents), verified: the frame must
+    /// carry exactly this key and the indexed sequence, and its payload CRC must verify while it
+    /// is copied. Returns the record, or `None` — a miss, never unverified bytes.
+    pub fn get(&self, key: &StateKey, out: &mut Vec<u8>) -> Result<Option<Record>> {
+        Stats::add(&self.stats.gets, 1);
+        let miss = |this: &Self| {
+            Stats::add(&this.stats.misses, 1);
+            Ok(None)
+        };
+        let Some(rec) = self.index.get(key) else {
+            return miss(self);
+        };
+        let id = u64::from(rec.segment);
+        if self
+            .quarantined
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&id)
+        {
+            return miss(self);
+        }
+        let Some(seg) = self
+            .segments
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+        else {
+            return miss(self);
+        };
+        let mut frame = vec![0u8; FRAME_HEADER_LEN + rec.stored_len as usize];
+        if let Err(e) = seg.file.read_exact_at(&mut frame, rec.offset) {
+            Stats::add(&self.stats.read_errors, 1);
+            tracing::error!(segment = id, "read failed, quarantining the segment: {e}");
+            if self
+                .quarantined
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id)
+            {
+                Stats::add(&self.stats.quarantined_segments, 1);
+            }
+            return miss(self);
+        }
+        let verified = FrameHeader::decode(&frame, rec.offset).and_then(|h| {
+            let same_key = matches!(&h.body, FrameBody::Record(m) if m.key == *key);
+            if !same_key || h.record_sequence != rec.sequence {
+                return Err(orbitkv_segments::Error::InvalidField {
+                    what: "frame",
+                    offset: rec.offset,
+                    field: "key/sequence",
+                    reason: "differs from the index".to_owned(),
+                });
+            }
+            out.clear();
+            out.resize(h.uncompressed_len as usize, 0);
+            h.copy_payload(&frame[FRAME_HEADER_LEN..], out, rec.offset)
+        });
+        if let Err(e) = verified {
+            Stats::add(&self.stats.checksum_failures, 1);
+            tracing::warn!(
+                segment = id,
+                offset = rec.offset,
+                "record failed verification, dropped: {e}"
+            );
+            self.index.remove(key, Some(rec.sequence));
+            out.clear();
+            return miss(self);
+        }
+        Stats::add(&self.stats.hits, 1);
+        Ok(Some(rec))
+    }
+
+    /// Namespaces and their retirement watermarks, as the manifest holds them.
+    pub fn namespaces(&self) -> Vec<(Namespace, NamespaceInfo, Option<u64>)> {
+        let w = self.writer();
+        w.manifest
+            .state
+            .snapshot
+            .namespaces
+            .iter()
+            .map(|(ns, st)| (*ns, st.info.clone(), st.retired_below))
+            .collect()
+    }
+
+    /// Segment ids with whether each is sealed.
+    pub fn segments(&self) -> Vec<(u64, bool)> {
+        let w = self.writer();
+        w.manifest
+            .state
+            .snapshot
+            .segments
+            .iter()
+            .map(|(id, st)| (*id, matches!(st, SegmentState::Sealed(..))))
+            .collect()
+    }
+
+    /// The manifest's current length in bytes.
+    pub fn manifest_len(&self) -> u64 {
+        self.writer().manifest.len()
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.layout.root
+    }
+
+    /// Seals the active segment and closes, so the next open reads footers only. Dropping the
+    /// store without `close` leaves the active segment to be scanned (and sealed) on next open.
+    pub fn close(self) -> Result<()> {
+        let mut w = self.writer();
+        self.seal_active(&mut w)
+    }
+}

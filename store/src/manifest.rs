@@ -1,0 +1,139 @@
+//! The manifest file: appends checksummed records (`wal`), replays them on open, truncates a torn
+//! tail, and rewrites itself as one checkpoint when it grows long.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use orbitkv_wal::{ManifestRecord, ManifestState, ReplayStop, encode_record, replay};
+
+use crate::dir::{Layout, write_atomic};
+use crate::error::{Error, Result, io_err};
+use crate::io::{Io, IoFile, OpenMode};
+
+/// Records appended before the manifest is rewritten as a checkpoint, by default.
+pub const CHECKPOINT_EVERY: u64 = 4096;
+
+/// The open manifest.
+pub(crate) struct Manifest {
+    path: PathBuf,
+    file: Arc<dyn IoFile>,
+    len: u64,
+    since_checkpoint: u64,
+    pub(crate) state: ManifestState,
+}
+
+/// What opening the manifest found.
+pub(crate) struct Opened {
+    pub(crate) manifest: Manifest,
+    pub(crate) bytes_read: u64,
+    pub(crate) truncated: bool,
+}
+
+impl Manifest {
+    /// Opens (or creates) and replays the manifest. A torn tail is truncated; corruption or an
+    /// invalid record refuses the open.
+    pub(crate) fn open(io: &dyn Io, layout: &Layout) -> Result<Opened> {
+        let path = layout.manifest();
+        if !io.exists(&path) {
+            let f = io
+                .open(&path, OpenMode::CreateNew)
+                .map_err(io_err(&path, "create"))?;
+            f.sync().map_err(io_err(&path, "fsync"))?;
+            io.sync_dir(&layout.root)
+                .map_err(io_err(&layout.root, "fsync directory"))?;
+        }
+        let file = io
+            .open(&path, OpenMode::ReadWrite)
+            .map_err(io_err(&path, "open"))?;
+        let len = file.size().map_err(io_err(&path, "stat"))?;
+        let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX)];
+        file.read_exact_at(&mut bytes, 0)
+            .map_err(io_err(&path, "read"))?;
+        let r = replay(&bytes);
+        let truncated = match &r.stop {
+            ReplayStop::CleanEnd => false,
+            ReplayStop::TornTail { error } => {
+                tracing::warn!(
+                    valid = r.valid_len,
+                    "manifest: truncating a torn tail ({error})"
+                );
+                file.set_len(r.valid_len)
+                    .map_err(io_err(&path, "truncate"))?;
+                file.sync().map_err(io_err(&path, "fsync"))?;
+                true
+            }
+            ReplayStop::Corrupt {
+                error,
+                next_valid_at,
+            } => {
+                return Err(Error::Damaged {
+                    path: layout.root.clone(),
+                    reason: format!(
+                        "manifest is corrupt at byte {} ({error}); a valid record follows at {next_valid_at}",
+                        r.valid_len
+                    ),
+                });
+            }
+            ReplayStop::Invalid { error } => {
+                return Err(Error::Damaged {
+                    path: layout.root.clone(),
+                    reason: format!("manifest holds a contradictory record ({error})"),
+                });
+            }
+        };
+        Ok(Opened {
+            manifest: Manifest {
+                path,
+                file,
+                len: r.valid_len,
+                since_checkpoint: r.records,
+                state: r.state,
+            },
+            bytes_read: len,
+            truncated,
+        })
+    }
+
+    /// Appends `rec` with `sequence`, durably (fsync before returning); the state applies it.
+    pub(crate) fn append(&mut self, sequence: u64, rec: ManifestRecord) -> Result<()> {
+        let mut next = self.state.clone();
+        next.apply(sequence, &rec, self.len)?;
+        let mut buf = Vec::new();
+        encode_record(sequence, &rec, &mut buf)?;
+        self.file
+            .write_all_at(&buf, self.len)
+            .map_err(io_err(&self.path, "write"))?;
+        self.file.sync().map_err(io_err(&self.path, "fsync"))?;
+        self.len += buf.len() as u64;
+        self.since_checkpoint += 1;
+        self.state = next;
+        Ok(())
+    }
+
+    /// True when the log has grown past `every` records since its last checkpoint.
+    pub(crate) fn wants_checkpoint(&self, every: u64) -> bool {
+        self.since_checkpoint >= every
+    }
+
+    /// The manifest file's length.
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Rewrites the manifest as one checkpoint record with `sequence` (atomic rename).
+    pub(crate) fn checkpoint(&mut self, io: &dyn Io, sequence: u64) -> Result<()> {
+        let mut state = ManifestState::default();
+        let rec = self.state.checkpoint();
+        state.apply(sequence, &rec, 0)?;
+        let mut buf = Vec::new();
+        encode_record(sequence, &rec, &mut buf)?;
+        write_atomic(io, &self.path, &buf)?;
+        self.file = io
+            .open(&self.path, OpenMode::ReadWrite)
+            .map_err(io_err(&self.path, "open"))?;
+        self.len = buf.len() as u64;
+        self.since_checkpoint = 1;
+        self.state = state;
+        Ok(())
+    }
+}

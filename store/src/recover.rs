@@ -1,0 +1,311 @@
+//! Recovery on open: replay the manifest; open sealed segments from their trailers and footers
+//! alone (no payload reads); scan only the active segment, truncating a torn tail and keeping
+//! every valid record after a corrupt one; quarantine a sealed segment only when its header or
+//! footer fails verification; rebuild the index; report all of it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use orbitkv_index::{Index, Record, Tier};
+use orbitkv_segments::{
+    Footer, FrameBody, IndexEntry, ScanItem, ScanMode, Scanner, SegmentHeader, StopReason,
+    TRAILER_LEN, Trailer,
+};
+use orbitkv_state::StateKey;
+use orbitkv_wal::{ManifestState, SegmentCreated, SegmentState};
+
+use crate::dir::Layout;
+use crate::error::{Result, io_err};
+use crate::io::{Io, OpenMode};
+use crate::segment::SegmentFile;
+
+/// What recovery found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Sealed segments opened from their footers.
+    pub sealed_segments: usize,
+    /// Records (and tombstones) listed by the segments that were opened.
+    pub entries: u64,
+    /// Records indexed.
+    pub indexed: u64,
+    /// Records skipped because their namespace was retired below their sequence.
+    pub retired_skipped: u64,
+    /// Active segments whose torn tail was truncated: (segment id, valid length).
+    pub torn_tails: Vec<(u64, u64)>,
+    /// Corrupt records skipped in active segments: (segment id, offset, what was wrong).
+    pub corrupt_records: Vec<(u64, u64, String)>,
+    /// Segments quarantined: (segment id, why).
+    pub quarantined: Vec<(u64, String)>,
+    /// Segment files the manifest does not list (left in place for fsck).
+    pub orphans: Vec<String>,
+    /// Whether the manifest's torn tail was truncated.
+    pub manifest_truncated: bool,
+    /// Bytes read to open the store (manifest, trailers, footers, active segment).
+    pub bytes_read: u64,
+    /// Stored payload bytes of the records in the opened segments.
+    pub payload_bytes: u64,
+}
+
+/// An active segment as recovered, ready to be sealed.
+pub(crate) struct RecoveredActive {
+    pub(crate) header: SegmentHeader,
+    pub(crate) file: Arc<SegmentFile>,
+    pub(crate) len: u64,
+    pub(crate) entries: Vec<IndexEntry>,
+}
+
+pub(crate) struct Recovered {
+    pub(crate) segments: BTreeMap<u64, Arc<SegmentFile>>,
+    /// Segments the manifest lists as active, with what was found (`None`: never created).
+    pub(crate) actives: Vec<(SegmentCreated, Option<RecoveredActive>)>,
+    pub(crate) max_record_sequence: Option<u64>,
+    pub(crate) report: RecoveryReport,
+}
+
+fn read_at(
+    file: &SegmentFile,
+    offset: u64,
+    len: usize,
+    report: &mut RecoveryReport,
+) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    file.file
+        .read_exact_at(&mut buf, offset)
+        .map_err(io_err(&file.path, "read"))?;
+    report.bytes_read += len as u64;
+    Ok(buf)
+}
+
+/// Opens a sealed segment from its tail; a failure quarantines it.
+fn open_sealed(
+    file: &SegmentFile,
+    digest: &[u8; 32],
+    report: &mut RecoveryReport,
+) -> std::result::Result<Vec<IndexEntry>, String> {
+    let len = file.file.size().map_err(|e| e.to_string())?;
+    let head = read_at(file, 0, 64.min(len as usize), report).map_err(|e| e.to_string())?;
+    let header = SegmentHeader::decode(&head).map_err(|e| format!("header: {e}"))?;
+    if len < TRAILER_LEN as u64 {
+        return Err("shorter than a trailer".to_owned());
+    }
+    let tail =
+        read_at(file, len - TRAILER_LEN as u64, TRAILER_LEN, report).map_err(|e| e.to_string())?;
+    let t = Trailer::decode(&tail, len).map_err(|e| format!("trailer: {e}"))?;
+    if t.footer_digest != *digest {
+        return Err("footer digest differs from the manifest's seal record".to_owned());
+    }
+    let footer_len = usize::try_from(t.footer_len).map_err(|_| "footer length".to_owned())?;
+    let footer = read_at(file, t.footer_offset, footer_len, report).map_err(|e| e.to_string())?;
+    let f: Footer = t
+        .open_footer(&footer, header.alignment)
+        .map_err(|e| format!("footer: {e}"))?;
+    if f.segment_sequence != header.sequence {
+        return Err("footer of another segment instance".to_owned());
+    }
+    Ok(f.entries)
+}
+
+/// Scans an active segment, truncating a torn tail.
+fn open_active(
+    file: &SegmentFile,
+    created: &SegmentCreated,
+    report: &mut RecoveryReport,
+) -> Result<Option<(SegmentHeader, u64, Vec<IndexEntry>)>> {
+    let len = file.file.size().map_err(io_err(&file.path, "stat"))?;
+    let bytes = read_at(file, 0, usize::try_from(len).unwrap_or(usize::MAX), report)?;
+    let header = match SegmentHeader::decode(&bytes) {
+        Ok(h) if h.sequence == created.segment_sequence => h,
+        Ok(_) => {
+            report
+                .quarantined
+                .push((file.id, "segment header of another instance".to_owned()));
+            return Ok(None);
+        }
+        Err(e) if bytes.len() < 4096 => {
+            // Created but its header never became durable: an empty segment.
+            tracing::info!(
+                segment = file.id,
+                "active segment without a header ({e}): empty"
+            );
+            return Ok(Some((
+                SegmentHeader {
+                    segment_id: created.segment_id,
+                    sequence: created.segment_sequence,
+                    created_unix_ms: 0,
+                    directory_id: [0; 16],
+                    alignment: if created.direct {
+                        orbitkv_segments::Alignment::Direct
+                    } else {
+                        orbitkv_segments::Alignment::Packed
+                    },
+                    compression: created.compression,
+                },
+                0,
+                Vec::new(),
+            )));
+        }
+        Err(e) => {
+            report.quarantined.push((file.id, format!("header: {e}")));
+            return Ok(None);
+        }
+    };
+    let mut scanner = Scanner::new(&bytes, header, ScanMode::TolerateTail);
+    let mut entries = Vec::new();
+    for item in scanner.by_ref() {
+        match item {
+            ScanItem::Frame(f) => {
+                if !matches!(f.header.body, FrameBody::Padding) {
+                    entries.push(IndexEntry::from_frame(f.offset, &f.header));
+                }
+            }
+            ScanItem::Corrupt { offset, error, .. } => {
+                report
+                    .corrupt_records
+                    .push((file.id, offset, error.to_string()));
+            }
+        }
+    }
+    let end = scanner.end().cloned();
+    let valid_len = end.as_ref().map_or(len, |e| e.valid_len);
+    if matches!(end.map(|e| e.reason), Some(StopReason::TornTail { .. })) || valid_len < len {
+        file.file
+            .set_len(valid_len)
+            .map_err(io_err(&file.path, "truncate torn tail"))?;
+        file.file.sync().map_err(io_err(&file.path, "fsync"))?;
+        report.torn_tails.push((file.id, valid_len));
+    }
+    Ok(Some((header, valid_len, entries)))
+}
+
+/// Opens every segment the manifest lists and rebuilds `index`.
+pub(crate) fn recover(
+    io: &dyn Io,
+    layout: &Layout,
+    state: &ManifestState,
+    index: &Index,
+    report: RecoveryReport,
+) -> Result<Recovered> {
+    let mut report = report;
+    let mut segments = BTreeMap::new();
+    let mut actives = Vec::new();
+    // Segments in creation order, so later record sequences are applied last.
+    let mut listed: Vec<(u64, SegmentState)> = state
+        .snapshot
+        .segments
+        .iter()
+        .map(|(id, st)| (*id, *st))
+        .collect();
+    listed.sort_by_key(|(_, st)| {
+        let (SegmentState::Active(c) | SegmentState::Sealed(c, _)) = st;
+        c.segment_sequence
+    });
+    let mut all: Vec<(u64, Vec<IndexEntry>)> = Vec::new();
+    for (id, st) in listed {
+        let path = layout.segment(id);
+        let file = match io.open(&path, OpenMode::ReadWrite) {
+            Ok(f) => Arc::new(SegmentFile {
+                id,
+                path: path.clone(),
+                file: f,
+            }),
+            Err(e) => {
+                if let SegmentState::Active(c) = st {
+                    // Listed, never created (a crash between the manifest and the file).
+                    actives.push((c, None));
+                    continue;
+                }
+                report.quarantined.push((id, format!("cannot open: {e}")));
+                continue;
+            }
+        };
+        match st {
+            SegmentState::Sealed(_, sealed) => {
+                match open_sealed(&file, &sealed.footer_digest, &mut report) {
+                    Ok(entries) => {
+                        report.sealed_segments += 1;
+                        all.push((id, entries));
+                        segments.insert(id, file);
+                    }
+                    Err(reason) => report.quarantined.push((id, reason)),
+                }
+            }
+            SegmentState::Active(c) => {
+                if let Some((header, len, entries)) = open_active(&file, &c, &mut report)? {
+                    all.push((id, entries.clone()));
+                    segments.insert(id, file.clone());
+                    actives.push((
+                        c,
+                        Some(RecoveredActive {
+                            header,
+                            file,
+                            len,
+                            entries,
+                        }),
+                    ));
+                }
+            }
+        }
+    }
+    // Tombstones first: a record is indexed only when it is newer than every tombstone of its key.
+    let mut tombs: HashMap<StateKey, u64> = HashMap::new();
+    let mut max_seq = None;
+    for (_, entries) in &all {
+        for e in entries {
+            max_seq = max_seq.max(Some(e.record_sequence));
+            if let FrameBody::Tombstone { key } = &e.body {
+                let t = tombs.entry(*key).or_default();
+                *t = (*t).max(e.record_sequence);
+            }
+        }
+    }
+    for (id, entries) in &all {
+        for e in entries {
+            report.entries += 1;
+            let FrameBody::Record(meta) = &e.body else {
+                continue;
+            };
+            report.payload_bytes += u64::from(e.stored_len);
+            if state.is_retired(&meta.key.namespace, e.record_sequence) {
+                report.retired_skipped += 1;
+                continue;
+            }
+            if tombs
+                .get(&meta.key)
+                .is_some_and(|&t| t >= e.record_sequence)
+            {
+                continue;
+            }
+            let rec = Record {
+                tier: Tier::Ssd,
+                segment: u32::try_from(*id).unwrap_or(u32::MAX),
+                offset: e.offset,
+                stored_len: e.stored_len,
+                range: meta.range,
+                sequence: e.record_sequence,
+                format: meta.format,
+            };
+            if index.insert(&meta.key, rec).is_ok() {
+                report.indexed += 1;
+            }
+        }
+    }
+    // Files nobody lists.
+    let listed_names: Vec<String> = state
+        .snapshot
+        .segments
+        .keys()
+        .filter_map(|id| layout.segment(*id).file_name()?.to_str().map(str::to_owned))
+        .collect();
+    if let Ok(names) = io.list_dir(&layout.segments()) {
+        report.orphans = names
+            .into_iter()
+            .filter(|n| !listed_names.contains(n))
+            .collect();
+    }
+    Ok(Recovered {
+        segments,
+        actives,
+        max_record_sequence: max_seq,
+        report,
+    })
+}

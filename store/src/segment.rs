@@ -1,0 +1,162 @@
+//! Segment files: the active segment the writer appends frames to, and the sealed segments
+//! readers read records from.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use orbitkv_segments::footer::{Footer, footer_digest};
+use orbitkv_segments::frame::encode_frame;
+use orbitkv_segments::{
+    Alignment, Compression, FrameBody, IndexEntry, RecordMeta, SEGMENT_HEADER_LEN, SegmentHeader,
+    TRAILER_LEN, Trailer,
+};
+
+use crate::error::{Result, io_err};
+use crate::io::IoFile;
+
+/// An open segment file, shared by readers.
+pub(crate) struct SegmentFile {
+    pub(crate) id: u64,
+    pub(crate) path: PathBuf,
+    pub(crate) file: Arc<dyn IoFile>,
+}
+
+/// The segment being written.
+pub(crate) struct Active {
+    pub(crate) header: SegmentHeader,
+    pub(crate) seg: Arc<SegmentFile>,
+    /// Bytes written (frames end here).
+    pub(crate) len: u64,
+    /// Bytes known durable.
+    pub(crate) synced_len: u64,
+    /// Entries of every frame written, for the footer.
+    pub(crate) entries: Vec<IndexEntry>,
+    /// Index of the first entry not yet durable.
+    pub(crate) unsynced_from: usize,
+    compression: Compression,
+}
+
+impl Active {
+    /// A new active segment over `file`, whose header block is written here (not synced).
+    pub(crate) fn create(
+        header: SegmentHeader,
+        seg: Arc<SegmentFile>,
+        compression: Compression,
+    ) -> Result<Self> {
+        seg.file
+            .write_all_at(&header.encode(), 0)
+            .map_err(io_err(&seg.path, "write segment header"))?;
+        Ok(Self {
+            header,
+            seg,
+            len: SEGMENT_HEADER_LEN as u64,
+            synced_len: 0,
+            entries: Vec::new(),
+            unsynced_from: 0,
+            compression,
+        })
+    }
+
+    /// An active segment recovered on open, continuing after its valid frames.
+    pub(crate) fn resume(
+        header: SegmentHeader,
+        seg: Arc<SegmentFile>,
+        len: u64,
+        entries: Vec<IndexEntry>,
+        compression: Compression,
+    ) -> Self {
+        let n = entries.len();
+        Self {
+            header,
+            seg,
+            len,
+            synced_len: len,
+            entries,
+            unsynced_from: n,
+            compression,
+        }
+    }
+
+    /// Encodes `records` as frames appended to the segment (one write); returns their entries.
+    pub(crate) fn append(
+        &mut self,
+        records: &[(RecordMeta, &[u8])],
+        first_sequence: u64,
+    ) -> Result<Vec<IndexEntry>> {
+        let mut buf = Vec::with_capacity(
+            records
+                .iter()
+                .map(|(_, p)| p.len() + 4096 + 256)
+                .sum::<usize>(),
+        );
+        let mut out = Vec::with_capacity(records.len());
+        // Frames are encoded relative to an aligned buffer start; offsets are shifted after.
+        for (i, (meta, payload)) in records.iter().enumerate() {
+            let at = buf.len() as u64;
+            let h = encode_frame(
+                &self.header,
+                FrameBody::Record(meta.clone()),
+                first_sequence + i as u64,
+                payload,
+                self.compression,
+                &mut buf,
+            )?;
+            out.push(IndexEntry::from_frame(self.len + at, &h));
+        }
+        self.seg
+            .file
+            .write_all_at(&buf, self.len)
+            .map_err(io_err(&self.seg.path, "write"))?;
+        self.len += buf.len() as u64;
+        self.entries.extend(out.iter().cloned());
+        Ok(out)
+    }
+
+    /// Makes everything written durable.
+    pub(crate) fn sync(&mut self) -> Result<()> {
+        self.seg
+            .file
+            .sync()
+            .map_err(io_err(&self.seg.path, "fsync"))?;
+        self.synced_len = self.len;
+        self.unsynced_from = self.entries.len();
+        Ok(())
+    }
+
+    /// Bytes the footer and trailer would add.
+    pub(crate) fn seal_overhead(&self) -> u64 {
+        // One more entry and namespace summary than now, for the record about to be added.
+        let entries = self.entries.len() + 1;
+        (Footer::new(0, 0, Vec::new()).encoded_len()
+            + entries * (orbitkv_segments::footer::INDEX_ENTRY_LEN + 48)
+            + TRAILER_LEN
+            + self.header.alignment.unit()) as u64
+    }
+
+    /// Writes the footer and trailer and syncs; returns the footer digest and data end.
+    pub(crate) fn seal(&mut self) -> Result<([u8; 32], u64)> {
+        let data_end = self.len;
+        let footer = Footer::new(self.header.sequence, data_end, self.entries.clone()).encode();
+        let trailer = Trailer {
+            footer_offset: data_end,
+            footer_len: footer.len() as u64,
+            segment_sequence: self.header.sequence,
+            footer_digest: footer_digest(&footer),
+        };
+        let mut tail = footer;
+        let end = align_end(self.header.alignment, data_end as usize + tail.len());
+        tail.resize(end - data_end as usize - TRAILER_LEN, 0);
+        tail.extend_from_slice(&trailer.encode());
+        self.seg
+            .file
+            .write_all_at(&tail, data_end)
+            .map_err(io_err(&self.seg.path, "write footer"))?;
+        self.sync()?;
+        Ok((trailer.footer_digest, data_end))
+    }
+}
+
+/// The file length that puts the trailer's end on the alignment unit.
+fn align_end(alignment: Alignment, len_before_trailer: usize) -> usize {
+    alignment.round_up(len_before_trailer + TRAILER_LEN)
+}

@@ -1,0 +1,86 @@
+//! Counters the store keeps, for metrics and for tests that check the failure policy exactly.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Live counters.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub(crate) puts: AtomicU64,
+    pub(crate) put_records: AtomicU64,
+    pub(crate) put_bytes: AtomicU64,
+    pub(crate) refused_puts: AtomicU64,
+    pub(crate) lost_records: AtomicU64,
+    pub(crate) gets: AtomicU64,
+    pub(crate) hits: AtomicU64,
+    pub(crate) misses: AtomicU64,
+    pub(crate) checksum_failures: AtomicU64,
+    pub(crate) read_errors: AtomicU64,
+    pub(crate) quarantined_segments: AtomicU64,
+    pub(crate) open_bytes_read: AtomicU64,
+    pub(crate) open_payload_bytes: AtomicU64,
+    pub(crate) torn_tails_truncated: AtomicU64,
+    pub(crate) corrupt_records: AtomicU64,
+}
+
+/// A snapshot of [`Stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// Bundles accepted.
+    pub puts: u64,
+    /// Records accepted.
+    pub put_records: u64,
+    /// Payload bytes accepted.
+    pub put_bytes: u64,
+    /// Bundles refused (no space, writes refused after a failed sync).
+    pub refused_puts: u64,
+    /// Accepted records dropped because a sync failed before they were durable.
+    pub lost_records: u64,
+    /// Lookups.
+    pub gets: u64,
+    /// Lookups that returned verified bytes.
+    pub hits: u64,
+    /// Lookups that returned nothing.
+    pub misses: u64,
+    /// Reads whose bytes failed verification (the record is dropped from the index).
+    pub checksum_failures: u64,
+    /// Reads that failed with an I/O error (the segment is quarantined).
+    pub read_errors: u64,
+    /// Segments quarantined (on open or after read errors).
+    pub quarantined_segments: u64,
+    /// Bytes read while opening the store.
+    pub open_bytes_read: u64,
+    /// Stored payload bytes of the records indexed on open.
+    pub open_payload_bytes: u64,
+    /// Torn tails truncated on open.
+    pub torn_tails_truncated: u64,
+    /// Corrupt records found (and skipped) on open.
+    pub corrupt_records: u64,
+}
+
+impl Stats {
+    pub(crate) fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A snapshot.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        StatsSnapshot {
+            puts: g(&self.puts),
+            put_records: g(&self.put_records),
+            put_bytes: g(&self.put_bytes),
+            refused_puts: g(&self.refused_puts),
+            lost_records: g(&self.lost_records),
+            gets: g(&self.gets),
+            hits: g(&self.hits),
+            misses: g(&self.misses),
+            checksum_failures: g(&self.checksum_failures),
+            read_errors: g(&self.read_errors),
+            quarantined_segments: g(&self.quarantined_segments),
+            open_bytes_read: g(&self.open_bytes_read),
+            open_payload_bytes: g(&self.open_payload_bytes),
+            torn_tails_truncated: g(&self.torn_tails_truncated),
+            corrupt_records: g(&self.corrupt_records),
+        }
+    }
+}

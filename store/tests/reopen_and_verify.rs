@@ -1,0 +1,157 @@
+//! Records survive a restart; opening reads only footers of sealed segments (≤ 1 % of stored
+//! payload bytes for payloads ≥ 64 KiB); reads are verified and damage is a miss; the directory
+//! is locked; an incompatible store is refused with instructions.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::*;
+use orbitkv_store::io::fault::{FaultIo, FaultPlan};
+use orbitkv_store::io::std_io::StdIo;
+use orbitkv_store::io::{Io, OpenMode};
+use orbitkv_store::{Durability, Error, StateStore, StoreConfig};
+
+#[test]
+fn records_survive_restart_and_open_reads_only_footers() {
+    let io = FaultIo::new();
+    let len = 64 << 10;
+    {
+        let store = open(&io, 4 << 20, Durability::EveryPut);
+        put_range(&store, 7, 0, 300, len);
+        assert!(store.segments().len() > 4, "several sealed segments");
+        for i in 0..300 {
+            assert_eq!(check(&store, 7, i, len), Some(true));
+        }
+        assert_eq!(store.probe(&(0..310).map(key).collect::<Vec<_>>()), 300);
+        store.close().unwrap();
+    }
+    let store = open(&io, 4 << 20, Durability::EveryPut);
+    let r = store.recovery_report().clone();
+    assert!(r.quarantined.is_empty() && r.corrupt_records.is_empty() && r.torn_tails.is_empty());
+    assert_eq!(r.indexed, 300);
+    for i in 0..300 {
+        assert_eq!(check(&store, 7, i, len), Some(true), "record {i}");
+    }
+    // Closed cleanly: every segment is sealed, so open read only the manifest and the tails.
+    let s = store.stats();
+    assert!(
+        s.open_bytes_read * 100 <= s.open_payload_bytes,
+        "open read {} bytes for {} payload bytes",
+        s.open_bytes_read,
+        s.open_payload_bytes
+    );
+}
+
+#[test]
+fn a_damaged_record_is_a_miss_and_leaves_the_index() {
+    let io = FaultIo::new();
+    let store = open(&io, 64 << 20, Durability::EveryPut);
+    put_range(&store, 1, 0, 10, 1000);
+    let rec = store.index().get(&key(4)).unwrap();
+    let path = Path::new("data/segments").join(format!("{:08x}.seg", rec.segment));
+    let mut bytes = io.read_file(&path).unwrap();
+    bytes[rec.offset as usize + 256 + 500] ^= 0x20;
+    io.write_file(&path, &bytes);
+    assert_eq!(check(&store, 1, 4, 1000), None);
+    assert_eq!(store.stats().checksum_failures, 1);
+    assert!(store.index().get(&key(4)).is_none());
+    for i in (0..10).filter(|&i| i != 4) {
+        assert_eq!(check(&store, 1, i, 1000), Some(true));
+    }
+}
+
+#[test]
+fn a_read_error_quarantines_the_segment_and_reads_continue() {
+    let io = FaultIo::new();
+    let store = open(&io, 64 << 20, Durability::EveryPut);
+    put_range(&store, 1, 0, 5, 100);
+    io.set_plan(FaultPlan {
+        fail_reads_of: Some(".seg".into()),
+        ..Default::default()
+    });
+    assert_eq!(check(&store, 1, 0, 100), None);
+    let s = store.stats();
+    assert_eq!((s.read_errors, s.quarantined_segments), (1, 1));
+    io.set_plan(FaultPlan::default());
+    // Quarantined: its records stay misses, no wrong bytes.
+    assert_eq!(check(&store, 1, 1, 100), None);
+}
+
+#[test]
+fn the_data_directory_is_locked_and_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = StoreConfig::new(dir.path().join("d"));
+    let io: Arc<dyn Io> = Arc::new(StdIo);
+    let a = StateStore::open(io.clone(), cfg.clone()).unwrap();
+    assert!(matches!(
+        StateStore::open(io.clone(), cfg.clone()),
+        Err(Error::Locked { .. })
+    ));
+    drop(a);
+    let b = StateStore::open(io, cfg).unwrap();
+    b.close().unwrap();
+}
+
+#[test]
+fn an_incompatible_store_is_refused_with_instructions() {
+    let io = FaultIo::new();
+    drop(open(&io, 1 << 20, Durability::EveryPut));
+    let path = Path::new("data/orbitkv.dir");
+    let mut h = io.read_file(path).unwrap();
+    h[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let crc = crc32c_of(&h[..60]);
+    h[60..64].copy_from_slice(&crc.to_le_bytes());
+    io.write_file(path, &h);
+    let io: Arc<dyn Io> = Arc::new(io);
+    let err = StateStore::open(io, config(1 << 20, Durability::EveryPut))
+        .err()
+        .unwrap();
+    assert!(matches!(
+        err,
+        Error::IncompatibleStore {
+            found: 2,
+            supported: 1,
+            ..
+        }
+    ));
+    assert!(err.to_string().contains("--discard-incompatible"), "{err}");
+}
+
+#[test]
+fn puts_need_a_registered_namespace() {
+    let io = FaultIo::new();
+    let store = open(&io, 1 << 20, Durability::EveryPut);
+    let other = orbitkv_state::Namespace([0x99; 32]);
+    let p = vec![0u8; 10];
+    assert!(matches!(
+        store.put(&[(meta_in(other, 1), p.as_slice())]),
+        Err(Error::UnknownNamespace(_))
+    ));
+}
+
+#[test]
+fn std_io_round_trip_on_a_real_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let io: Arc<dyn Io> = Arc::new(StdIo);
+    let mut cfg = StoreConfig::new(dir.path().join("d"));
+    cfg.segment_bytes = 1 << 20;
+    {
+        let store = StateStore::open(io.clone(), cfg.clone()).unwrap();
+        store.register_namespace(NS, info()).unwrap();
+        put_range(&store, 3, 0, 40, 50_000);
+    }
+    let store = StateStore::open(io.clone(), cfg).unwrap();
+    for i in 0..40 {
+        assert_eq!(check(&store, 3, i, 50_000), Some(true));
+    }
+    let f = io
+        .open(&dir.path().join("d/orbitkv.dir"), OpenMode::Read)
+        .unwrap();
+    assert_eq!(f.size().unwrap(), 64);
+}
+
+fn crc32c_of(b: &[u8]) -> u32 {
+    orbitkv_segments::crc::crc32c(b)
+}
