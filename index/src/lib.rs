@@ -7,10 +7,12 @@
 //!   one is reclaimed through crossbeam-epoch once no reader can still hold it.
 //! - **Compact.** A slot holds a 4-byte key class (namespace, hash domain, group, component,
 //!   rank — with the one format the namespace fixes for them — interned in `classes.rs`), the
-//!   first 24 bytes of the engine's native hash, the record sequence and the location: 64 bytes,
-//!   about 90–100 bytes per entry at the tables' load. Two keys that share class and 192 hash bits
-//!   would share a slot; the store verifies the full key stored in every frame on read, so even
-//!   that (2^-96 at 2^48 entries) could only cost a miss, never a wrong hit.
+//!   first 24 bytes of the engine's native hash (all 16 of an xxh3-128 hash), the record sequence
+//!   and the location: 64 bytes, about 87–96 bytes per entry at the tables' load. Two keys of one
+//!   class whose first 192 (xxh3: 128) hash bits agree would share a slot: an insert of one would
+//!   replace the other, and a probe could report the other present. For SHA-256 and xxh3 hashes
+//!   that takes about 2^96 (2^64) keys; and because the store verifies the full key stored in
+//!   every frame on read, it would still cost only misses, never a wrong hit.
 //! - **Newer wins.** Inserting an older record sequence over a newer one keeps the newer.
 
 mod classes;
@@ -186,7 +188,10 @@ impl Index {
     /// An index sized for `entries` without a rebuild (the store passes what its capacity can
     /// hold).
     pub fn with_capacity(entries: usize) -> Self {
-        let per_shard = ((entries / SHARDS) as f64 / MAX_LOAD * 1.02).ceil() as usize;
+        // Shards fill unevenly (binomially): size each for the mean plus four standard
+        // deviations, so that no shard rebuilds before `entries` are in.
+        let mean = entries as f64 / SHARDS as f64;
+        let per_shard = ((mean + 4.0 * mean.sqrt()) / MAX_LOAD).ceil() as usize;
         Self {
             shards: (0..SHARDS)
                 .map(|_| Shard {
@@ -249,6 +254,21 @@ impl Index {
                 })
             })
             .count()
+    }
+
+    /// Checks that `record` can be indexed under `key` — interning its class (a different format
+    /// for the same namespace, group and rank is refused) and range-checking its fields — without
+    /// inserting it, so a caller can refuse a whole batch before writing any of it.
+    pub fn prepare(&self, key: &StateKey, record: &Record) -> Result<()> {
+        let class = self.classes.intern(ClassKey::of(key), record.format)?;
+        encode(
+            &SlotKey {
+                class,
+                native: native_words(key),
+            },
+            record,
+        )
+        .map(|_| ())
     }
 
     /// Inserts or replaces the record of `key`; an older sequence never replaces a newer one.

@@ -63,6 +63,9 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A configuration the store cannot run with.
+    #[error("bad store configuration: {0}")]
+    BadConfig(String),
     /// A bundle the format cannot carry (too large, bad ranges).
     #[error("bundle refused: {0}")]
     BadBundle(String),

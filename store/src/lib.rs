@@ -15,9 +15,14 @@
 //!   no older record of the namespace is served again, before or after a restart.
 //!
 //! Failure policy: a failed fsync is never retried as if the data were safe — the records written
-//! since the last good sync are dropped from the index and counted as lost, and the segment is
-//! sealed off (the next put opens a new one); on ENOSPC the store refuses puts and keeps serving
-//! reads; an I/O error reading a segment quarantines it (its records become misses).
+//! since the last good sync are dropped from the index (the older records they replaced are
+//! restored) and counted as lost, and the segment is sealed off (the next put opens a new one;
+//! bytes the device did persist may reappear after a restart, never different bytes for their
+//! key); on ENOSPC the store refuses puts and keeps serving reads, also when it cannot seal the
+//! segments it recovers on open; a failed directory fsync of a manifest checkpoint refuses
+//! further writes; an I/O error reading a segment quarantines it (its records become misses) and,
+//! if it is the active one, seals it off. With [`Durability::EveryPut`] a record is indexed only
+//! once it is durable; with [`Durability::Manual`] readers may see records not yet synced.
 //!
 //! All I/O goes through [`io::Io`]; tests use [`io::fault::FaultIo`] to inject failures and power
 //! loss.
@@ -36,9 +41,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use orbitkv_index::{Index, Record, Tier};
+use orbitkv_index::{Index, Insert, Record, Tier};
 use orbitkv_segments::{
-    Alignment, Compression, FRAME_HEADER_LEN, FrameBody, FrameHeader, RecordMeta, SegmentHeader,
+    Alignment, Compression, FRAME_HEADER_LEN, FrameBody, FrameHeader, RecordMeta,
+    SEGMENT_HEADER_LEN, SegmentHeader,
 };
 use orbitkv_state::{Namespace, StateKey};
 use orbitkv_wal::{ManifestRecord, NamespaceInfo, SegmentCreated, SegmentSealed, SegmentState};
@@ -95,6 +101,12 @@ impl StoreConfig {
     }
 }
 
+/// Largest segment size accepted: index entries address offsets below 32 GiB, and a segment
+/// may exceed its size by one bundle.
+pub const MAX_SEGMENT_BYTES: u64 = 16 << 30;
+/// Largest bundle (sum of payloads) accepted in one put.
+pub const MAX_BUNDLE_BYTES: u64 = 1 << 30;
+
 /// What a put did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PutReceipt {
@@ -110,7 +122,6 @@ struct Writer {
     manifest: Manifest,
     active: Option<Active>,
     next_sequence: u64,
-    next_segment_id: u64,
     refuse: Option<String>,
 }
 
@@ -147,6 +158,12 @@ impl StateStore {
     /// Opens (creating if needed) the store in `config.data_dir` on `io`, recovering it.
     pub fn open(io: Arc<dyn Io>, config: StoreConfig) -> Result<Self> {
         let layout = Layout::new(&config.data_dir);
+        if config.segment_bytes > MAX_SEGMENT_BYTES || config.segment_bytes < 8 << 10 {
+            return Err(Error::BadConfig(format!(
+                "segment size {} must lie between 8 KiB and {} bytes",
+                config.segment_bytes, MAX_SEGMENT_BYTES
+            )));
+        }
         io.create_dir_all(&layout.segments())
             .map_err(io_err(&layout.segments(), "create directory"))?;
         let lock = io.lock_exclusive(&layout.lock()).map_err(|e| {
@@ -168,43 +185,62 @@ impl StateStore {
             bytes_read: opened.bytes_read,
             ..RecoveryReport::default()
         };
-        let rec = recover::recover(io.as_ref(), &layout, &manifest.state, &index, report)?;
+        let rec = recover::recover(
+            io.as_ref(),
+            &layout,
+            &manifest.state,
+            &header.directory_id,
+            &index,
+            report,
+        )?;
         let report = rec.report;
         let mut next_sequence = rec
             .max_record_sequence
             .max(manifest.state.last_sequence)
             .map_or(1, |s| s + 1);
         let mut segments = rec.segments;
+        let mut refuse = None;
         // Seal what was active (or forget it when empty): recovery scans only one active tail.
+        // If that cannot be written (a full disk), the store still opens and serves reads.
         for (created, found) in rec.actives {
-            match found {
+            let id = created.segment_id;
+            let result = match found {
                 Some(a) if !a.entries.is_empty() => {
                     let mut active =
                         Active::resume(a.header, a.file, a.len, a.entries, config.compression);
-                    let (digest, data_end) = active.seal()?;
-                    manifest.append(
-                        next_sequence,
-                        ManifestRecord::SegmentSealed(SegmentSealed {
-                            segment_id: created.segment_id,
-                            footer_digest: digest,
-                            records: active.entries.len() as u64,
-                            data_end,
-                        }),
-                    )?;
-                    next_sequence += 1;
+                    active.seal().and_then(|(digest, data_end)| {
+                        manifest.append(
+                            next_sequence,
+                            ManifestRecord::SegmentSealed(SegmentSealed {
+                                segment_id: id,
+                                footer_digest: digest,
+                                records: active.entries.len() as u64,
+                                data_end,
+                            }),
+                        )
+                    })
                 }
-                other => {
-                    manifest.append(
+                other => manifest
+                    .append(
                         next_sequence,
-                        ManifestRecord::SegmentDeleted {
-                            segment_id: created.segment_id,
-                        },
-                    )?;
-                    next_sequence += 1;
-                    segments.remove(&created.segment_id);
-                    if let Some(a) = other {
-                        let _ = io.remove_file(&a.file.path);
-                    }
+                        ManifestRecord::SegmentDeleted { segment_id: id },
+                    )
+                    .map(|()| {
+                        segments.remove(&id);
+                        if let Some(a) = other {
+                            let _ = io.remove_file(&a.file.path);
+                            let _ = io.sync_dir(&layout.segments());
+                        }
+                    }),
+            };
+            match result {
+                Ok(()) => next_sequence += 1,
+                Err(e) => {
+                    tracing::error!(
+                        segment = id,
+                        "cannot seal a recovered segment, refusing writes: {e}"
+                    );
+                    refuse = Some(format!("recovered segment {id} could not be sealed: {e}"));
                 }
             }
         }
@@ -216,14 +252,6 @@ impl StateStore {
         Stats::add(&stats.torn_tails_truncated, report.torn_tails.len() as u64);
         Stats::add(&stats.corrupt_records, report.corrupt_records.len() as u64);
         Stats::add(&stats.quarantined_segments, report.quarantined.len() as u64);
-        let next_segment_id = manifest
-            .state
-            .snapshot
-            .segments
-            .keys()
-            .chain(report.quarantined.iter().map(|(id, _)| id))
-            .max()
-            .map_or(1, |m| m + 1);
         let quarantined = report.quarantined.iter().map(|(id, _)| *id).collect();
         Ok(Self {
             io,
@@ -238,8 +266,7 @@ impl StateStore {
                 manifest,
                 active: None,
                 next_sequence,
-                next_segment_id,
-                refuse: None,
+                refuse,
             }),
             stats,
             report,
@@ -301,15 +328,21 @@ impl StateStore {
         Ok(seq)
     }
 
-    /// Starts a new active segment: the manifest names it durably before the file exists.
+    /// Starts a new active segment: the manifest names it durably before the file exists. A
+    /// segment's id is its segment sequence, so ids are never reused.
     fn start_segment(&self, w: &mut Writer) -> Result<()> {
-        let id = w.next_segment_id;
         let seq = w
             .manifest
             .state
             .snapshot
             .last_segment_sequence
             .map_or(1, |s| s + 1);
+        let id = seq;
+        if u32::try_from(id).is_err() {
+            return Err(Error::WritesRefused {
+                reason: "segment ids are exhausted".to_owned(),
+            });
+        }
         let created = SegmentCreated {
             segment_id: id,
             segment_sequence: seq,
@@ -320,7 +353,6 @@ impl StateStore {
         w.manifest
             .append(mseq, ManifestRecord::SegmentCreated(created))?;
         w.next_sequence += 1;
-        w.next_segment_id += 1;
         let path = self.layout.segment(id);
         let file = self
             .io
@@ -352,59 +384,94 @@ impl StateStore {
         Ok(())
     }
 
-    /// Seals the active segment (footer, trailer, sync, manifest record).
+    /// Seals the active segment (footer, trailer, sync, manifest record). A failure while sealing
+    /// applies the fsync policy to it; a failed checkpoint refuses further writes.
     fn seal_active(&self, w: &mut Writer) -> Result<()> {
-        let Some(mut active) = w.active.take() else {
+        let Some(active) = w.active.as_mut() else {
             return Ok(());
         };
-        let (digest, data_end) = active.seal()?;
+        let (digest, data_end) = match active.seal() {
+            Ok(x) => x,
+            Err(e) => {
+                self.lose_unsynced(w);
+                return Err(e);
+            }
+        };
+        let id = active.seg.id;
+        let records = active.entries.len() as u64;
+        w.active = None;
         let seq = w.next_sequence;
         w.manifest.append(
             seq,
             ManifestRecord::SegmentSealed(SegmentSealed {
-                segment_id: active.seg.id,
+                segment_id: id,
                 footer_digest: digest,
-                records: active.entries.len() as u64,
+                records,
                 data_end,
             }),
         )?;
         w.next_sequence += 1;
         if w.manifest.wants_checkpoint(self.config.checkpoint_every) {
             let seq = w.next_sequence;
-            w.manifest.checkpoint(self.io.as_ref(), seq)?;
             w.next_sequence += 1;
+            if let Err(e) = w.manifest.checkpoint(self.io.as_ref(), seq) {
+                tracing::error!("manifest checkpoint failed, refusing writes: {e}");
+                w.refuse = Some(format!(
+                    "the manifest checkpoint could not be made durable: {e}"
+                ));
+                return Err(e);
+            }
         }
         Ok(())
     }
 
-    /// A failed sync: the records since the last good sync are lost; the segment is sealed off.
+    /// A failed sync: the records since the last good sync are lost (the records they replaced in
+    /// the index come back); the segment is sealed off, truncated to its durable end as far as
+    /// the device allows.
     fn lose_unsynced(&self, w: &mut Writer) {
-        if let Some(active) = w.active.take() {
-            let lost = &active.entries[active.unsynced_from..];
-            for e in lost {
-                if let Some(k) = e.key() {
-                    self.index.remove(k, Some(e.record_sequence));
-                }
+        let Some(active) = w.active.take() else {
+            return;
+        };
+        for (key, seq, previous) in active.unsynced.iter().rev() {
+            if self.index.remove(key, Some(*seq)).is_some()
+                && let Some(p) = previous
+            {
+                let _ = self.index.insert(key, *p);
             }
-            Stats::add(&self.stats.lost_records, lost.len() as u64);
-            tracing::error!(
-                segment = active.seg.id,
-                lost = lost.len(),
-                "fsync failed: records since the last good sync are treated as lost; segment sealed off"
-            );
         }
+        let lost = active.entries.len() - active.unsynced_from;
+        Stats::add(&self.stats.lost_records, lost as u64);
+        let _ = active
+            .seg
+            .file
+            .set_len(active.synced_len.max(SEGMENT_HEADER_LEN as u64));
+        tracing::error!(
+            segment = active.seg.id,
+            lost,
+            "a write or fsync failed: records since the last good sync are treated as lost; segment sealed off"
+        );
     }
 
     /// Appends a bundle of records (one write) and indexes them; with [`Durability::EveryPut`]
-    /// they are durable when this returns.
+    /// they are durable, and only then indexed, when this returns.
     pub fn put(&self, records: &[(RecordMeta, &[u8])]) -> Result<PutReceipt> {
         let mut w = self.writer();
+        let first = w.next_sequence;
+        if records.is_empty() {
+            return Ok(PutReceipt {
+                first_sequence: first,
+                records: 0,
+                durable: true,
+            });
+        }
         if let Some(reason) = &w.refuse {
             Stats::add(&self.stats.refused_puts, 1);
             return Err(Error::WritesRefused {
                 reason: reason.clone(),
             });
         }
+        // Refuse the whole bundle before writing any of it.
+        let mut total = 0u64;
         for (meta, payload) in records {
             if !w
                 .manifest
@@ -422,6 +489,33 @@ impl StateStore {
                     orbitkv_segments::MAX_PAYLOAD_LEN
                 )));
             }
+            total += payload.len() as u64;
+            let probe = Record {
+                tier: Tier::Ssd,
+                segment: 0,
+                offset: 0,
+                stored_len: 0,
+                range: meta.range,
+                sequence: 0,
+                format: meta.format,
+            };
+            self.index
+                .prepare(&meta.key, &probe)
+                .map_err(|e| Error::BadBundle(e.to_string()))?;
+        }
+        if total > MAX_BUNDLE_BYTES {
+            return Err(Error::BadBundle(format!(
+                "a bundle of {total} bytes exceeds {MAX_BUNDLE_BYTES}"
+            )));
+        }
+        // An active segment a reader found unreadable is sealed off.
+        if w.active.as_ref().is_some_and(|a| {
+            self.quarantined
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&a.seg.id)
+        }) {
+            self.lose_unsynced(&mut w);
         }
         let need: u64 = records
             .iter()
@@ -452,8 +546,17 @@ impl StateStore {
             Ok(e) => e,
             Err(e) => return Err(self.refuse_on(&mut w, e)),
         };
-        let seg = u32::try_from(active.seg.id).unwrap_or(u32::MAX);
         w.next_sequence += records.len() as u64;
+        let durable = self.config.durability == Durability::EveryPut;
+        if durable {
+            self.sync_locked(&mut w)?;
+        }
+        let Some(active) = w.active.as_mut() else {
+            return Err(Error::WritesRefused {
+                reason: "the active segment was sealed off".to_owned(),
+            });
+        };
+        let seg = u32::try_from(active.seg.id).unwrap_or_default();
         for (e, (meta, payload)) in entries.iter().zip(records) {
             let rec = Record {
                 tier: Tier::Ssd,
@@ -464,16 +567,19 @@ impl StateStore {
                 sequence: e.record_sequence,
                 format: meta.format,
             };
-            self.index.insert(&meta.key, rec)?;
+            let previous = match self.index.insert(&meta.key, rec)? {
+                Insert::Replaced { previous } => Some(previous),
+                Insert::Inserted | Insert::Kept { .. } => None,
+            };
+            if !durable {
+                active
+                    .unsynced
+                    .push((meta.key, e.record_sequence, previous));
+            }
             Stats::add(&self.stats.put_bytes, payload.len() as u64);
         }
         Stats::add(&self.stats.puts, 1);
         Stats::add(&self.stats.put_records, records.len() as u64);
-        let mut durable = false;
-        if self.config.durability == Durability::EveryPut {
-            self.sync_locked(&mut w)?;
-            durable = true;
-        }
         Ok(PutReceipt {
             first_sequence: first,
             records: records.len(),
@@ -549,7 +655,16 @@ impl StateStore {
             return miss(self);
         };
         let mut frame = vec![0u8; FRAME_HEADER_LEN + rec.stored_len as usize];
-        if let Err(e) = seg.file.read_exact_at(&mut frame, rec.offset) {
+        let read = seg.file.read_exact_at(&mut frame, rec.offset);
+        if let Err(e) = &read
+            && e.kind() == std::io::ErrorKind::UnexpectedEof
+        {
+            // The file is shorter than the record: that record is gone, not the segment.
+            Stats::add(&self.stats.checksum_failures, 1);
+            self.index.remove(key, Some(rec.sequence));
+            return miss(self);
+        }
+        if let Err(e) = read {
             Stats::add(&self.stats.read_errors, 1);
             tracing::error!(segment = id, "read failed, quarantining the segment: {e}");
             if self

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use orbitkv_wal::{ManifestRecord, ManifestState, ReplayStop, encode_record, replay};
 
-use crate::dir::{Layout, write_atomic};
+use crate::dir::Layout;
 use crate::error::{Error, Result, io_err};
 use crate::io::{Io, IoFile, OpenMode};
 
@@ -120,20 +120,34 @@ impl Manifest {
         self.len
     }
 
-    /// Rewrites the manifest as one checkpoint record with `sequence` (atomic rename).
+    /// Rewrites the manifest as one checkpoint record with `sequence`: a temporary file, fsync,
+    /// rename, directory fsync. Once the rename has happened the new file is adopted whatever
+    /// follows (appending to the replaced file would lose records); an error after that point
+    /// means the rename may not be durable, and the caller must stop writing.
     pub(crate) fn checkpoint(&mut self, io: &dyn Io, sequence: u64) -> Result<()> {
         let mut state = ManifestState::default();
         let rec = self.state.checkpoint();
         state.apply(sequence, &rec, 0)?;
         let mut buf = Vec::new();
         encode_record(sequence, &rec, &mut buf)?;
-        write_atomic(io, &self.path, &buf)?;
-        self.file = io
-            .open(&self.path, OpenMode::ReadWrite)
-            .map_err(io_err(&self.path, "open"))?;
+        let tmp = self.path.with_extension("tmp");
+        if io.exists(&tmp) {
+            io.remove_file(&tmp).map_err(io_err(&tmp, "remove"))?;
+        }
+        let f = io
+            .open(&tmp, OpenMode::CreateNew)
+            .map_err(io_err(&tmp, "create"))?;
+        f.write_all_at(&buf, 0).map_err(io_err(&tmp, "write"))?;
+        f.sync().map_err(io_err(&tmp, "fsync"))?;
+        io.rename(&tmp, &self.path)
+            .map_err(io_err(&self.path, "rename"))?;
+        // Renamed: from here on only the new file is `manifest.log`.
+        self.file = f;
         self.len = buf.len() as u64;
         self.since_checkpoint = 1;
         self.state = state;
+        let dir = self.path.parent().unwrap_or(std::path::Path::new("."));
+        io.sync_dir(dir).map_err(io_err(dir, "fsync directory"))?;
         Ok(())
     }
 }

@@ -80,11 +80,15 @@ fn read_at(
 fn open_sealed(
     file: &SegmentFile,
     digest: &[u8; 32],
+    directory: &[u8; 16],
     report: &mut RecoveryReport,
 ) -> std::result::Result<Vec<IndexEntry>, String> {
     let len = file.file.size().map_err(|e| e.to_string())?;
     let head = read_at(file, 0, 64.min(len as usize), report).map_err(|e| e.to_string())?;
     let header = SegmentHeader::decode(&head).map_err(|e| format!("header: {e}"))?;
+    if header.segment_id != file.id || header.directory_id != *directory {
+        return Err("header names another segment or data directory".to_owned());
+    }
     if len < TRAILER_LEN as u64 {
         return Err("shorter than a trailer".to_owned());
     }
@@ -109,12 +113,19 @@ fn open_sealed(
 fn open_active(
     file: &SegmentFile,
     created: &SegmentCreated,
+    directory: &[u8; 16],
     report: &mut RecoveryReport,
 ) -> Result<Option<(SegmentHeader, u64, Vec<IndexEntry>)>> {
     let len = file.file.size().map_err(io_err(&file.path, "stat"))?;
     let bytes = read_at(file, 0, usize::try_from(len).unwrap_or(usize::MAX), report)?;
     let header = match SegmentHeader::decode(&bytes) {
-        Ok(h) if h.sequence == created.segment_sequence => h,
+        Ok(h)
+            if h.sequence == created.segment_sequence
+                && h.segment_id == created.segment_id
+                && h.directory_id == *directory =>
+        {
+            h
+        }
         Ok(_) => {
             report
                 .quarantined
@@ -132,7 +143,7 @@ fn open_active(
                     segment_id: created.segment_id,
                     sequence: created.segment_sequence,
                     created_unix_ms: 0,
-                    directory_id: [0; 16],
+                    directory_id: *directory,
                     alignment: if created.direct {
                         orbitkv_segments::Alignment::Direct
                     } else {
@@ -182,6 +193,7 @@ pub(crate) fn recover(
     io: &dyn Io,
     layout: &Layout,
     state: &ManifestState,
+    directory: &[u8; 16],
     index: &Index,
     report: RecoveryReport,
 ) -> Result<Recovered> {
@@ -208,19 +220,24 @@ pub(crate) fn recover(
                 path: path.clone(),
                 file: f,
             }),
-            Err(e) => {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if let SegmentState::Active(c) = st {
                     // Listed, never created (a crash between the manifest and the file).
                     actives.push((c, None));
                     continue;
                 }
-                report.quarantined.push((id, format!("cannot open: {e}")));
+                report
+                    .quarantined
+                    .push((id, "sealed segment file is missing".to_owned()));
                 continue;
             }
+            // Anything else (EMFILE, EIO) may be transient: refuse to open rather than decide
+            // durably that the segment is gone.
+            Err(e) => return Err(io_err(&path, "open segment")(e)),
         };
         match st {
             SegmentState::Sealed(_, sealed) => {
-                match open_sealed(&file, &sealed.footer_digest, &mut report) {
+                match open_sealed(&file, &sealed.footer_digest, directory, &mut report) {
                     Ok(entries) => {
                         report.sealed_segments += 1;
                         all.push((id, entries));
@@ -230,7 +247,9 @@ pub(crate) fn recover(
                 }
             }
             SegmentState::Active(c) => {
-                if let Some((header, len, entries)) = open_active(&file, &c, &mut report)? {
+                if let Some((header, len, entries)) =
+                    open_active(&file, &c, directory, &mut report)?
+                {
                     all.push((id, entries.clone()));
                     segments.insert(id, file.clone());
                     actives.push((
@@ -275,9 +294,12 @@ pub(crate) fn recover(
             {
                 continue;
             }
+            let Ok(segment) = u32::try_from(*id) else {
+                continue;
+            };
             let rec = Record {
                 tier: Tier::Ssd,
-                segment: u32::try_from(*id).unwrap_or(u32::MAX),
+                segment,
                 offset: e.offset,
                 stored_len: e.stored_len,
                 range: meta.range,

@@ -4,12 +4,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use orbitkv_index::Record;
 use orbitkv_segments::footer::{Footer, footer_digest};
 use orbitkv_segments::frame::encode_frame;
 use orbitkv_segments::{
     Alignment, Compression, FrameBody, IndexEntry, RecordMeta, SEGMENT_HEADER_LEN, SegmentHeader,
     TRAILER_LEN, Trailer,
 };
+use orbitkv_state::StateKey;
 
 use crate::error::{Result, io_err};
 use crate::io::IoFile;
@@ -33,6 +35,9 @@ pub(crate) struct Active {
     pub(crate) entries: Vec<IndexEntry>,
     /// Index of the first entry not yet durable.
     pub(crate) unsynced_from: usize,
+    /// Indexed records not yet durable, with the record each replaced in the index (restored if
+    /// they are lost).
+    pub(crate) unsynced: Vec<(StateKey, u64, Option<Record>)>,
     compression: Compression,
 }
 
@@ -53,6 +58,7 @@ impl Active {
             synced_len: 0,
             entries: Vec::new(),
             unsynced_from: 0,
+            unsynced: Vec::new(),
             compression,
         })
     }
@@ -73,6 +79,7 @@ impl Active {
             synced_len: len,
             entries,
             unsynced_from: n,
+            unsynced: Vec::new(),
             compression,
         }
     }
@@ -120,6 +127,7 @@ impl Active {
             .map_err(io_err(&self.seg.path, "fsync"))?;
         self.synced_len = self.len;
         self.unsynced_from = self.entries.len();
+        self.unsynced.clear();
         Ok(())
     }
 

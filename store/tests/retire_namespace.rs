@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use orbitkv_state::Namespace;
 use orbitkv_store::Durability;
-use orbitkv_store::io::fault::FaultIo;
+use orbitkv_store::io::fault::{Crash, FaultIo};
 
 #[test]
 fn retired_records_are_never_served_again() {
@@ -38,7 +38,7 @@ fn retired_records_are_never_served_again() {
                 .any(|(ns, _, w)| *ns == NS && *w == Some(watermark))
         );
     }
-    io.crash(None);
+    io.crash(Crash::DropUnsynced);
     let store = open(&io, 32 << 10, Durability::EveryPut);
     assert!(store.recovery_report().retired_skipped >= 20);
     for i in 0..20 {

@@ -3,6 +3,7 @@
 
 mod cmd;
 mod output;
+mod size;
 mod tokens;
 
 use std::process::ExitCode;
@@ -38,6 +39,13 @@ impl Failure {
             message: message.into(),
         }
     }
+    /// A command-specific exit code (documented per command in the README).
+    pub fn with_code(code: u8, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
 }
 
 #[derive(Parser)]
@@ -63,6 +71,11 @@ enum Command {
     Hash {
         #[command(subcommand)]
         engine: cmd::hash::HashCommand,
+    },
+    /// Deterministic self-test and burn-in against a store.
+    Bench {
+        #[command(subcommand)]
+        cmd: cmd::bench::BenchCommand,
     },
 }
 
@@ -93,6 +106,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Identity(args) => cmd::identity::run(&args, &out),
         Command::Hash { engine } => cmd::hash::run(&engine, &out),
+        Command::Bench { cmd } => cmd::bench::run(&cmd, &out),
     }
 }
 

@@ -16,6 +16,10 @@ impl Output {
     pub fn new(json: bool) -> Self {
         Self { json }
     }
+    /// True when the command must print JSON.
+    pub fn json(&self) -> bool {
+        self.json
+    }
     /// Prints `text` (text mode) or `doc` (JSON mode).
     pub fn emit(&self, text: &str, doc: impl FnOnce() -> Value) -> Result<(), Failure> {
         let mut stdout = std::io::stdout().lock();

@@ -1,11 +1,17 @@
 //! A fault-injecting, in-memory file system for tests: it keeps what is durable apart from what
-//! is only written, so [`FaultIo::crash`] can simulate power loss exactly — unsynced data is
-//! dropped, and so are file creations, renames and removals whose directory was not synced —
-//! and a [`FaultPlan`] fails chosen operations (the N-th write or sync with EIO, short writes,
-//! ENOSPC past a byte budget, EIO on reads of chosen files).
+//! is only written, so [`FaultIo::crash`] can simulate power loss — unsynced data is dropped (or
+//! torn: a prefix, or any subset of its 4 KiB pages, persists), and so are file creations,
+//! renames and removals whose directory was not synced — and a [`FaultPlan`] fails chosen
+//! operations: the N-th write, sync or directory sync with EIO, short writes, ENOSPC past a byte
+//! budget, EIO on reads or opens of chosen files, and a halt after the N-th mutating operation
+//! (every later one fails), so a crash can land inside any multi-step update.
+//!
+//! As on Linux, data whose fsync failed is never made durable by a later fsync (its pages were
+//! marked clean); it stays readable until the crash. Directories themselves are durable once
+//! created.
 
 use std::any::Any;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,12 +27,30 @@ pub struct FaultPlan {
     pub fail_writes_from: Option<u64>,
     /// The N-th `write_at` writes only half its bytes.
     pub short_write: Option<u64>,
-    /// The N-th file `sync` fails with EIO (its data is not made durable).
+    /// The N-th file `sync` fails with EIO (its data is never made durable).
     pub fail_sync: Option<u64>,
     /// Writes that would take the bytes written past this fail with ENOSPC.
     pub space_bytes: Option<u64>,
     /// Reads of files whose path contains this fail with EIO.
     pub fail_reads_of: Option<String>,
+    /// Opens of files whose path contains this fail (as EMFILE would).
+    pub fail_opens_of: Option<String>,
+    /// The N-th directory sync fails with EIO (the entries stay volatile).
+    pub fail_sync_dir: Option<u64>,
+    /// After N mutating operations (writes, syncs, directory syncs, creations, renames,
+    /// removals, truncations) every further one fails with EIO: the process "dies" there.
+    pub halt_after_ops: Option<u64>,
+}
+
+/// What survives [`FaultIo::crash`] of the data written since the last sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Crash {
+    /// Nothing.
+    DropUnsynced,
+    /// A pseudo-random prefix of each file's growth (a torn append).
+    TornPrefix(u64),
+    /// A pseudo-random subset of each file's unsynced 4 KiB pages; the others read as zeros.
+    TornPages(u64),
 }
 
 /// Counts of operations seen.
@@ -42,18 +66,34 @@ pub struct FaultCounters {
     pub bytes_read: u64,
     /// Directory syncs.
     pub dir_syncs: u64,
+    /// Mutating operations (what `halt_after_ops` counts).
+    pub ops: u64,
 }
 
 #[derive(Debug, Default, Clone)]
 struct Content {
     volatile: Vec<u8>,
     durable: Vec<u8>,
+    /// Byte ranges whose fsync failed: never made durable by a later sync.
+    lost: Vec<(usize, usize)>,
+}
+
+impl Content {
+    /// `bytes` with the lost ranges zeroed.
+    fn without_lost(&self, mut bytes: Vec<u8>) -> Vec<u8> {
+        for &(a, b) in &self.lost {
+            for byte in bytes.iter_mut().take(b).skip(a) {
+                *byte = 0;
+            }
+        }
+        bytes
+    }
 }
 
 #[derive(Debug, Default)]
 struct State {
     next_id: u64,
-    contents: HashMap<u64, Content>,
+    contents: BTreeMap<u64, Content>,
     names: BTreeMap<PathBuf, u64>,
     durable_names: BTreeMap<PathBuf, u64>,
     dirs: BTreeSet<PathBuf>,
@@ -61,6 +101,25 @@ struct State {
     generation: u64,
     plan: FaultPlan,
     counters: FaultCounters,
+}
+
+impl State {
+    /// Counts a mutating operation; fails once the plan's halt point has passed.
+    fn op(&mut self) -> io::Result<()> {
+        self.counters.ops += 1;
+        if self
+            .plan
+            .halt_after_ops
+            .is_some_and(|h| self.counters.ops > h)
+        {
+            return Err(eio("halted"));
+        }
+        Ok(())
+    }
+
+    fn matches(pattern: Option<&String>, path: &Path) -> bool {
+        pattern.is_some_and(|p| path.to_string_lossy().contains(p.as_str()))
+    }
 }
 
 /// The in-memory file system. Clones share it.
@@ -71,6 +130,22 @@ pub struct FaultIo {
 
 fn eio(what: &str) -> io::Error {
     io::Error::other(format!("injected EIO: {what}"))
+}
+
+fn not_found(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, what.to_owned())
+}
+
+/// A small deterministic generator (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
 }
 
 impl FaultIo {
@@ -95,24 +170,44 @@ impl FaultIo {
         self.lock().counters
     }
 
-    /// Power loss: every file reverts to its durable content, the namespace to its durable
-    /// entries; open handles and locks die. With `keep_unsynced` = `Some(seed)`, each file that
-    /// grew since its last sync keeps a pseudo-random prefix of the growth (a torn write).
-    pub fn crash(&self, keep_unsynced: Option<u64>) {
+    /// Power loss: every file reverts to its durable content (plus what `mode` lets survive of
+    /// its unsynced growth), the namespace to its durable entries; open handles and locks die,
+    /// and the fault plan is cleared. Deterministic for a given history and seed.
+    pub fn crash(&self, mode: Crash) {
         let mut s = self.lock();
-        let mut x = keep_unsynced.unwrap_or(0) | 1;
+        let mut rng = Rng(match mode {
+            Crash::DropUnsynced => 1,
+            Crash::TornPrefix(x) | Crash::TornPages(x) => x | 1,
+        });
         for c in s.contents.values_mut() {
-            let mut next = c.durable.clone();
-            if keep_unsynced.is_some() && c.volatile.len() > c.durable.len() {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let extra = (x % (c.volatile.len() - c.durable.len() + 1) as u64) as usize;
-                let keep = c.durable.len() + extra;
-                next = c.volatile[..keep].to_vec();
-                c.durable.clone_from(&next);
+            let old_len = c.durable.len();
+            let mut kept = c.durable.clone();
+            if c.volatile.len() > old_len {
+                let growth = &c.volatile[old_len..];
+                match mode {
+                    Crash::DropUnsynced => {}
+                    Crash::TornPrefix(_) => {
+                        let keep = (rng.next() % (growth.len() as u64 + 1)) as usize;
+                        kept.extend_from_slice(&growth[..keep]);
+                    }
+                    Crash::TornPages(_) => {
+                        let mut tail = vec![0u8; growth.len()];
+                        let mut end = 0;
+                        for (i, page) in growth.chunks(4096).enumerate() {
+                            if rng.next().is_multiple_of(2) {
+                                tail[i * 4096..i * 4096 + page.len()].copy_from_slice(page);
+                                end = i * 4096 + page.len();
+                            }
+                        }
+                        tail.truncate(end);
+                        kept.extend_from_slice(&tail);
+                    }
+                }
+                kept = c.without_lost(kept);
             }
-            c.volatile = next;
+            c.durable.clone_from(&kept);
+            c.volatile = kept;
+            c.lost.clear();
         }
         s.names = s.durable_names.clone();
         s.locks.clear();
@@ -164,11 +259,7 @@ impl FaultFile {
 impl IoFile for FaultFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let mut s = self.state()?;
-        if s.plan
-            .fail_reads_of
-            .as_ref()
-            .is_some_and(|p| self.path.to_string_lossy().contains(p.as_str()))
-        {
+        if State::matches(s.plan.fail_reads_of.as_ref(), &self.path) {
             return Err(eio("read"));
         }
         let c = s
@@ -192,6 +283,7 @@ impl IoFile for FaultFile {
             ));
         }
         let mut s = self.state()?;
+        s.op()?;
         s.counters.writes += 1;
         let n = s.counters.writes;
         if s.plan.fail_write == Some(n) || s.plan.fail_writes_from.is_some_and(|f| n >= f) {
@@ -225,15 +317,22 @@ impl IoFile for FaultFile {
 
     fn sync(&self) -> io::Result<()> {
         let mut s = self.state()?;
+        s.op()?;
         s.counters.syncs += 1;
-        if s.plan.fail_sync == Some(s.counters.syncs) {
-            return Err(eio("fsync"));
-        }
+        let failed = s.plan.fail_sync == Some(s.counters.syncs);
         let c = s
             .contents
             .get_mut(&self.id)
             .ok_or_else(|| eio("file vanished"))?;
-        c.durable = c.volatile.clone();
+        if failed {
+            // Like Linux: the dirty data is marked clean and will never reach the disk.
+            let (a, b) = (c.durable.len(), c.volatile.len());
+            if b > a {
+                c.lost.push((a, b));
+            }
+            return Err(eio("fsync"));
+        }
+        c.durable = c.without_lost(c.volatile.clone());
         Ok(())
     }
 
@@ -246,6 +345,7 @@ impl IoFile for FaultFile {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         let mut s = self.state()?;
+        s.op()?;
         let c = s
             .contents
             .get_mut(&self.id)
@@ -274,6 +374,9 @@ impl Drop for LockGuard {
 impl Io for FaultIo {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn IoFile>> {
         let mut s = self.lock();
+        if State::matches(s.plan.fail_opens_of.as_ref(), path) {
+            return Err(io::Error::other("injected EMFILE: too many open files"));
+        }
         let parent = path.parent().unwrap_or(Path::new(""));
         let id = match (s.names.get(path).copied(), mode) {
             (Some(_), OpenMode::CreateNew) => {
@@ -282,15 +385,16 @@ impl Io for FaultIo {
             (Some(id), _) => id,
             (None, OpenMode::CreateNew) => {
                 if !s.dirs.contains(parent) {
-                    return Err(io::Error::new(io::ErrorKind::NotFound, "no such directory"));
+                    return Err(not_found("no such directory"));
                 }
+                s.op()?;
                 s.next_id += 1;
                 let id = s.next_id;
                 s.contents.insert(id, Content::default());
                 s.names.insert(path.to_owned(), id);
                 id
             }
-            (None, _) => return Err(io::Error::new(io::ErrorKind::NotFound, "no such file")),
+            (None, _) => return Err(not_found("no such file")),
         };
         Ok(Arc::new(FaultFile {
             io: self.clone(),
@@ -318,7 +422,7 @@ impl Io for FaultIo {
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
         let s = self.lock();
         if !s.dirs.contains(path) {
-            return Err(io::Error::new(io::ErrorKind::NotFound, "no such directory"));
+            return Err(not_found("no such directory"));
         }
         Ok(s.names
             .keys()
@@ -334,25 +438,31 @@ impl Io for FaultIo {
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         let mut s = self.lock();
+        s.op()?;
         s.names
             .remove(path)
             .map(|_| ())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such file"))
+            .ok_or_else(|| not_found("no such file"))
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut s = self.lock();
+        s.op()?;
         let id = s
             .names
             .remove(from)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such file"))?;
+            .ok_or_else(|| not_found("no such file"))?;
         s.names.insert(to.to_owned(), id);
         Ok(())
     }
 
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         let mut s = self.lock();
+        s.op()?;
         s.counters.dir_syncs += 1;
+        if s.plan.fail_sync_dir == Some(s.counters.dir_syncs) {
+            return Err(eio("fsync directory"));
+        }
         let in_dir = |p: &PathBuf| p.parent() == Some(path);
         let volatile: Vec<(PathBuf, u64)> = s
             .names
@@ -395,7 +505,7 @@ mod tests {
         let b = io.open(&d.join("b"), OpenMode::CreateNew).unwrap();
         b.write_all_at(b"x", 0).unwrap();
         b.sync().unwrap(); // data synced, but the directory entry is not
-        io.crash(None);
+        io.crash(Crash::DropUnsynced);
         assert!(a.read_at(&mut [0u8; 1], 0).is_err(), "old handles die");
         assert_eq!(io.read_file(&d.join("a")).unwrap(), b"hello");
         assert!(!io.exists(&d.join("b")));
@@ -423,5 +533,57 @@ mod tests {
         );
         let _l = io.lock_exclusive(Path::new("d/LOCK")).unwrap();
         assert!(io.lock_exclusive(Path::new("d/LOCK")).is_err());
+    }
+
+    #[test]
+    fn failed_fsync_data_never_becomes_durable() {
+        let io = FaultIo::new();
+        io.create_dir_all(Path::new("d")).unwrap();
+        let f = io.open(Path::new("d/f"), OpenMode::CreateNew).unwrap();
+        io.sync_dir(Path::new("d")).unwrap();
+        f.write_all_at(b"aaaa", 0).unwrap();
+        io.set_plan(FaultPlan {
+            fail_sync: Some(1),
+            ..Default::default()
+        });
+        assert!(f.sync().is_err());
+        assert_eq!(
+            io.read_file(Path::new("d/f")).unwrap(),
+            b"aaaa",
+            "still readable"
+        );
+        f.write_all_at(b"bbbb", 4).unwrap();
+        f.sync().unwrap(); // a later good sync does not rescue the first write
+        io.crash(Crash::DropUnsynced);
+        assert_eq!(io.read_file(Path::new("d/f")).unwrap(), b"\0\0\0\0bbbb");
+    }
+
+    #[test]
+    fn torn_pages_keep_a_subset_and_halts_stop_everything() {
+        let io = FaultIo::new();
+        io.create_dir_all(Path::new("d")).unwrap();
+        let f = io.open(Path::new("d/f"), OpenMode::CreateNew).unwrap();
+        io.sync_dir(Path::new("d")).unwrap();
+        f.write_all_at(&[7u8; 4096 * 8], 0).unwrap();
+        io.crash(Crash::TornPages(3));
+        let got = io.read_file(Path::new("d/f")).unwrap();
+        assert!(got.len() < 4096 * 8 && !got.is_empty());
+        assert!(
+            got.chunks(4096)
+                .all(|p| p.iter().all(|&b| b == 7) || p.iter().all(|&b| b == 0))
+        );
+        assert!(
+            got.chunks(4096).any(|p| p.iter().all(|&b| b == 0)),
+            "a hole"
+        );
+        io.set_plan(FaultPlan {
+            halt_after_ops: Some(1),
+            ..Default::default()
+        });
+        let g = io.open(Path::new("d/f"), OpenMode::ReadWrite).unwrap();
+        g.write_all_at(b"x", 0).unwrap();
+        assert!(g.write_at(b"y", 1).is_err());
+        assert!(g.sync().is_err());
+        assert!(io.sync_dir(Path::new("d")).is_err());
     }
 }

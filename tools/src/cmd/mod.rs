@@ -1,4 +1,5 @@
 //! One module per command.
 
+pub mod bench;
 pub mod hash;
 pub mod identity;
