@@ -350,6 +350,45 @@ impl Index {
         }
     }
 
+    /// Moves the record of `key` to a new location, if its indexed record still has `sequence`
+    /// (compaction copies a record and must not overwrite a newer one). Returns whether it moved.
+    pub fn relocate(
+        &self,
+        key: &StateKey,
+        sequence: u64,
+        tier: Tier,
+        segment: u32,
+        offset: u64,
+    ) -> Result<bool> {
+        let guard = epoch::pin();
+        let Some(k) = self.slot_key(key, &guard) else {
+            return Ok(false);
+        };
+        let Some(info) = self.classes.info(k.class, &guard) else {
+            return Ok(false);
+        };
+        let shard = self.shard_of(&k);
+        let _st = shard.state.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(table) = Self::table(shard, &guard) else {
+            return Ok(false);
+        };
+        let Some(i) = table.locate(&k).0 else {
+            return Ok(false);
+        };
+        let w = table.slots[i].read(std::hint::spin_loop);
+        let Some(mut rec) = decode(&w, info.format) else {
+            return Ok(false);
+        };
+        if rec.sequence != sequence {
+            return Ok(false);
+        }
+        rec.tier = tier;
+        rec.segment = segment;
+        rec.offset = offset;
+        table.slots[i].write(encode(&k, &rec)?);
+        Ok(true)
+    }
+
     /// Removes `key` (only if its record has `sequence`, when given); returns what was removed.
     pub fn remove(&self, key: &StateKey, sequence: Option<u64>) -> Option<Record> {
         let guard = epoch::pin();

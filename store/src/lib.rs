@@ -27,8 +27,10 @@
 //! All I/O goes through [`io::Io`]; tests use [`io::fault::FaultIo`] to inject failures and power
 //! loss.
 
+mod compactor;
 pub mod dir;
 pub mod error;
+pub mod fsck;
 pub mod io;
 mod manifest;
 mod recover;
@@ -49,6 +51,7 @@ use orbitkv_segments::{
 use orbitkv_state::{Namespace, StateKey};
 use orbitkv_wal::{ManifestRecord, NamespaceInfo, SegmentCreated, SegmentSealed, SegmentState};
 
+pub use crate::compactor::{CompactReport, SegmentStat};
 pub use crate::dir::Layout;
 use crate::error::io_err;
 pub use crate::error::{Error, Result};
@@ -84,6 +87,9 @@ pub struct StoreConfig {
     pub index_capacity: usize,
     /// The manifest is rewritten as one checkpoint after this many records.
     pub checkpoint_every: u64,
+    /// Open without changing anything on disk (no truncation, no sealing; puts are refused), for
+    /// inspection. The directory is still locked.
+    pub read_only: bool,
 }
 
 impl StoreConfig {
@@ -97,6 +103,7 @@ impl StoreConfig {
             durability: Durability::EveryPut,
             index_capacity: 0,
             checkpoint_every: manifest::CHECKPOINT_EVERY,
+            read_only: false,
         }
     }
 }
@@ -140,7 +147,7 @@ pub struct StateStore {
     report: RecoveryReport,
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -175,8 +182,14 @@ impl StateStore {
                 io_err(&layout.lock(), "lock")(e)
             }
         })?;
+        if config.read_only && !io.exists(&layout.header()) {
+            return Err(Error::Damaged {
+                path: layout.root.clone(),
+                reason: "no store here (no orbitkv.dir)".to_owned(),
+            });
+        }
         let (header, _) = dir::open_header(io.as_ref(), &layout, now_ms(), random_id())?;
-        let opened = Manifest::open(io.as_ref(), &layout)?;
+        let opened = Manifest::open(io.as_ref(), &layout, config.read_only)?;
         let mut manifest = opened.manifest;
         let stats = Stats::default();
         let index = Index::with_capacity(config.index_capacity);
@@ -190,6 +203,7 @@ impl StateStore {
             &layout,
             &manifest.state,
             &header.directory_id,
+            config.read_only,
             &index,
             report,
         )?;
@@ -199,10 +213,17 @@ impl StateStore {
             .max(manifest.state.last_sequence)
             .map_or(1, |s| s + 1);
         let mut segments = rec.segments;
-        let mut refuse = None;
+        let mut refuse = config
+            .read_only
+            .then(|| "the store was opened read-only".to_owned());
         // Seal what was active (or forget it when empty): recovery scans only one active tail.
         // If that cannot be written (a full disk), the store still opens and serves reads.
-        for (created, found) in rec.actives {
+        let actives = if config.read_only {
+            Vec::new()
+        } else {
+            rec.actives
+        };
+        for (created, found) in actives {
             let id = created.segment_id;
             let result = match found {
                 Some(a) if !a.entries.is_empty() => {
@@ -288,12 +309,22 @@ impl StateStore {
         &self.index
     }
 
+    fn writable(&self) -> Result<()> {
+        if self.config.read_only {
+            return Err(Error::WritesRefused {
+                reason: "the store was opened read-only".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
     fn writer(&self) -> MutexGuard<'_, Writer> {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Registers a namespace (durably), so its records may be put.
     pub fn register_namespace(&self, namespace: Namespace, info: NamespaceInfo) -> Result<()> {
+        self.writable()?;
         let mut w = self.writer();
         if w.manifest
             .state
@@ -314,6 +345,7 @@ impl StateStore {
     /// Retires `namespace`: one durable manifest record whose sequence is the watermark; no record
     /// of the namespace older than it is served again. Returns the watermark.
     pub fn retire_namespace(&self, namespace: Namespace) -> Result<u64> {
+        self.writable()?;
         let mut w = self.writer();
         let seq = w.next_sequence;
         w.manifest.append(

@@ -32,8 +32,14 @@ pub(crate) struct Opened {
 impl Manifest {
     /// Opens (or creates) and replays the manifest. A torn tail is truncated; corruption or an
     /// invalid record refuses the open.
-    pub(crate) fn open(io: &dyn Io, layout: &Layout) -> Result<Opened> {
+    pub(crate) fn open(io: &dyn Io, layout: &Layout, read_only: bool) -> Result<Opened> {
         let path = layout.manifest();
+        if !io.exists(&path) && read_only {
+            return Err(Error::Damaged {
+                path: layout.root.clone(),
+                reason: "no manifest".to_owned(),
+            });
+        }
         if !io.exists(&path) {
             let f = io
                 .open(&path, OpenMode::CreateNew)

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use orbitkv_index::{Index, Record, Tier};
 use orbitkv_segments::{
-    Footer, FrameBody, IndexEntry, ScanItem, ScanMode, Scanner, SegmentHeader, StopReason,
-    TRAILER_LEN, Trailer,
+    FrameBody, IndexEntry, ScanItem, ScanMode, Scanner, SegmentHeader, StopReason,
 };
 use orbitkv_state::StateKey;
 use orbitkv_wal::{ManifestState, SegmentCreated, SegmentState};
@@ -17,7 +16,7 @@ use orbitkv_wal::{ManifestState, SegmentCreated, SegmentState};
 use crate::dir::Layout;
 use crate::error::{Result, io_err};
 use crate::io::{Io, OpenMode};
-use crate::segment::SegmentFile;
+use crate::segment::{SegmentFile, read_sealed};
 
 /// What recovery found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -83,30 +82,15 @@ fn open_sealed(
     directory: &[u8; 16],
     report: &mut RecoveryReport,
 ) -> std::result::Result<Vec<IndexEntry>, String> {
-    let len = file.file.size().map_err(|e| e.to_string())?;
-    let head = read_at(file, 0, 64.min(len as usize), report).map_err(|e| e.to_string())?;
-    let header = SegmentHeader::decode(&head).map_err(|e| format!("header: {e}"))?;
+    let (header, trailer, footer, read) = read_sealed(file)?;
+    report.bytes_read += read;
     if header.segment_id != file.id || header.directory_id != *directory {
         return Err("header names another segment or data directory".to_owned());
     }
-    if len < TRAILER_LEN as u64 {
-        return Err("shorter than a trailer".to_owned());
-    }
-    let tail =
-        read_at(file, len - TRAILER_LEN as u64, TRAILER_LEN, report).map_err(|e| e.to_string())?;
-    let t = Trailer::decode(&tail, len).map_err(|e| format!("trailer: {e}"))?;
-    if t.footer_digest != *digest {
+    if trailer.footer_digest != *digest {
         return Err("footer digest differs from the manifest's seal record".to_owned());
     }
-    let footer_len = usize::try_from(t.footer_len).map_err(|_| "footer length".to_owned())?;
-    let footer = read_at(file, t.footer_offset, footer_len, report).map_err(|e| e.to_string())?;
-    let f: Footer = t
-        .open_footer(&footer, header.alignment)
-        .map_err(|e| format!("footer: {e}"))?;
-    if f.segment_sequence != header.sequence {
-        return Err("footer of another segment instance".to_owned());
-    }
-    Ok(f.entries)
+    Ok(footer.entries)
 }
 
 /// Scans an active segment, truncating a torn tail.
@@ -114,6 +98,7 @@ fn open_active(
     file: &SegmentFile,
     created: &SegmentCreated,
     directory: &[u8; 16],
+    read_only: bool,
     report: &mut RecoveryReport,
 ) -> Result<Option<(SegmentHeader, u64, Vec<IndexEntry>)>> {
     let len = file.file.size().map_err(io_err(&file.path, "stat"))?;
@@ -179,10 +164,12 @@ fn open_active(
     let end = scanner.end().cloned();
     let valid_len = end.as_ref().map_or(len, |e| e.valid_len);
     if matches!(end.map(|e| e.reason), Some(StopReason::TornTail { .. })) || valid_len < len {
-        file.file
-            .set_len(valid_len)
-            .map_err(io_err(&file.path, "truncate torn tail"))?;
-        file.file.sync().map_err(io_err(&file.path, "fsync"))?;
+        if !read_only {
+            file.file
+                .set_len(valid_len)
+                .map_err(io_err(&file.path, "truncate torn tail"))?;
+            file.file.sync().map_err(io_err(&file.path, "fsync"))?;
+        }
         report.torn_tails.push((file.id, valid_len));
     }
     Ok(Some((header, valid_len, entries)))
@@ -194,6 +181,7 @@ pub(crate) fn recover(
     layout: &Layout,
     state: &ManifestState,
     directory: &[u8; 16],
+    read_only: bool,
     index: &Index,
     report: RecoveryReport,
 ) -> Result<Recovered> {
@@ -214,7 +202,12 @@ pub(crate) fn recover(
     let mut all: Vec<(u64, Vec<IndexEntry>)> = Vec::new();
     for (id, st) in listed {
         let path = layout.segment(id);
-        let file = match io.open(&path, OpenMode::ReadWrite) {
+        let mode = if read_only {
+            OpenMode::Read
+        } else {
+            OpenMode::ReadWrite
+        };
+        let file = match io.open(&path, mode) {
             Ok(f) => Arc::new(SegmentFile {
                 id,
                 path: path.clone(),
@@ -248,7 +241,7 @@ pub(crate) fn recover(
             }
             SegmentState::Active(c) => {
                 if let Some((header, len, entries)) =
-                    open_active(&file, &c, directory, &mut report)?
+                    open_active(&file, &c, directory, read_only, &mut report)?
                 {
                     all.push((id, entries.clone()));
                     segments.insert(id, file.clone());

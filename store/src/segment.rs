@@ -84,11 +84,22 @@ impl Active {
         }
     }
 
-    /// Encodes `records` as frames appended to the segment (one write); returns their entries.
+    /// Encodes `records` as frames appended to the segment (one write), with consecutive
+    /// sequences from `first_sequence`; returns their entries.
     pub(crate) fn append(
         &mut self,
         records: &[(RecordMeta, &[u8])],
         first_sequence: u64,
+    ) -> Result<Vec<IndexEntry>> {
+        self.append_with(records, |i| first_sequence + i as u64)
+    }
+
+    /// As [`Active::append`], with each record's sequence from `sequence(i)` (compaction keeps
+    /// the sequences records already have).
+    pub(crate) fn append_with(
+        &mut self,
+        records: &[(RecordMeta, &[u8])],
+        sequence: impl Fn(usize) -> u64,
     ) -> Result<Vec<IndexEntry>> {
         let mut buf = Vec::with_capacity(
             records
@@ -103,7 +114,7 @@ impl Active {
             let h = encode_frame(
                 &self.header,
                 FrameBody::Record(meta.clone()),
-                first_sequence + i as u64,
+                sequence(i),
                 payload,
                 self.compression,
                 &mut buf,
@@ -167,4 +178,38 @@ impl Active {
 /// The file length that puts the trailer's end on the alignment unit.
 fn align_end(alignment: Alignment, len_before_trailer: usize) -> usize {
     alignment.round_up(len_before_trailer + TRAILER_LEN)
+}
+
+/// Reads a sealed segment's header, trailer and footer from its tail; returns them and the bytes
+/// read. Errors are descriptions (the caller quarantines or reports).
+pub(crate) fn read_sealed(
+    file: &SegmentFile,
+) -> std::result::Result<(SegmentHeader, Trailer, Footer, u64), String> {
+    let len = file.file.size().map_err(|e| e.to_string())?;
+    let mut head = vec![0u8; 64.min(len as usize)];
+    file.file
+        .read_exact_at(&mut head, 0)
+        .map_err(|e| e.to_string())?;
+    let header = SegmentHeader::decode(&head).map_err(|e| format!("header: {e}"))?;
+    if len < TRAILER_LEN as u64 {
+        return Err("shorter than a trailer".to_owned());
+    }
+    let mut tail = vec![0u8; TRAILER_LEN];
+    file.file
+        .read_exact_at(&mut tail, len - TRAILER_LEN as u64)
+        .map_err(|e| e.to_string())?;
+    let t = Trailer::decode(&tail, len).map_err(|e| format!("trailer: {e}"))?;
+    let footer_len = usize::try_from(t.footer_len).map_err(|_| "footer length".to_owned())?;
+    let mut footer = vec![0u8; footer_len];
+    file.file
+        .read_exact_at(&mut footer, t.footer_offset)
+        .map_err(|e| e.to_string())?;
+    let f = t
+        .open_footer(&footer, header.alignment)
+        .map_err(|e| format!("footer: {e}"))?;
+    if f.segment_sequence != header.sequence {
+        return Err("footer of another segment instance".to_owned());
+    }
+    let read = (head.len() + TRAILER_LEN + footer_len) as u64;
+    Ok((header, t, f, read))
 }

@@ -77,6 +77,14 @@ enum Command {
         #[command(subcommand)]
         cmd: cmd::bench::BenchCommand,
     },
+    /// Verify every record and the manifest; repair on request (exit codes as e2fsck).
+    Fsck(cmd::store::FsckArgs),
+    /// Show namespaces, segments and their live fractions (read-only).
+    Inspect(cmd::store::InspectArgs),
+    /// Rewrite sealed segments below a live fraction, dropping dead records.
+    Compact(cmd::store::CompactArgs),
+    /// Retire a namespace: none of its older records is served again.
+    Retire(cmd::store::RetireArgs),
 }
 
 fn init_logging() -> Result<(), Failure> {
@@ -107,6 +115,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Identity(args) => cmd::identity::run(&args, &out),
         Command::Hash { engine } => cmd::hash::run(&engine, &out),
         Command::Bench { cmd } => cmd::bench::run(&cmd, &out),
+        Command::Fsck(a) => cmd::store::fsck(&a, &out),
+        Command::Inspect(a) => cmd::store::inspect(&a, &out),
+        Command::Compact(a) => cmd::store::compact(&a, &out),
+        Command::Retire(a) => cmd::store::retire(&a, &out),
     }
 }
 

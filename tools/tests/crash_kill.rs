@@ -113,6 +113,24 @@ fn sigkill_never_loses_a_synced_bundle_or_returns_wrong_bytes() {
         }
         let (_, _, mismatched) = verify(&dir, seed, COUNT);
         assert_eq!(mismatched, 0, "seed {seed}: different bytes returned");
+        // fsck repairs whatever the kill left (0 clean or 1 repaired), then checks clean.
+        let fsck = |args: &[&str]| {
+            orbitkv()
+                .arg("fsck")
+                .args(args)
+                .arg("--data-dir")
+                .arg(&dir)
+                .output()
+                .expect("run fsck")
+                .status
+                .code()
+        };
+        let repaired = fsck(&["--repair"]);
+        assert!(
+            matches!(repaired, Some(0 | 1)),
+            "seed {seed}: fsck --repair exited {repaired:?}"
+        );
+        assert_eq!(fsck(&[]), Some(0), "seed {seed}: not clean after repair");
     }
     assert!(history.iter().any(|h| h.2 > 0) && history.iter().any(|h| h.2 < COUNT));
 }

@@ -3,3 +3,4 @@
 pub mod bench;
 pub mod hash;
 pub mod identity;
+pub mod store;

@@ -1,0 +1,501 @@
+//! Compaction: sealed segments are rewritten with only their live records — still indexed at
+//! that very location with that sequence; retired, superseded and damaged records are dropped —
+//! into new sealed segments, committed by one manifest record before the inputs are deleted. A
+//! crash before the commit leaves both copies (the same records with the same sequences: recovery
+//! keeps one); after it, only the outputs count.
+
+use std::sync::Arc;
+
+use orbitkv_index::Tier;
+use orbitkv_segments::{FRAME_HEADER_LEN, FrameBody, FrameHeader, RecordMeta, SegmentHeader};
+use orbitkv_state::StateKey;
+use orbitkv_wal::{ManifestRecord, SegmentCreated, SegmentSealed, SegmentState};
+
+use crate::error::{Error, Result, io_err};
+use crate::io::OpenMode;
+use crate::segment::{Active, SegmentFile, read_sealed};
+use crate::{StateStore, Writer, now_ms};
+
+/// What one sealed segment holds, and how much of it is still live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentStat {
+    /// Segment id.
+    pub id: u64,
+    /// Records and tombstones listed by its footer.
+    pub entries: u64,
+    /// Records the index still serves from it.
+    pub live_records: u64,
+    /// Stored payload bytes of all its records.
+    pub stored_bytes: u64,
+    /// Stored payload bytes of its live records.
+    pub live_bytes: u64,
+    /// Tombstones it holds (a segment with tombstones is not compacted by this version).
+    pub tombstones: u64,
+}
+
+impl SegmentStat {
+    /// Live fraction of its stored bytes (1.0 when empty of payload).
+    pub fn live_fraction(&self) -> f64 {
+        if self.stored_bytes == 0 {
+            return if self.live_records == 0 && self.entries > 0 {
+                0.0
+            } else {
+                1.0
+            };
+        }
+        self.live_bytes as f64 / self.stored_bytes as f64
+    }
+}
+
+/// What a compaction did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompactReport {
+    /// Segments rewritten (and deleted).
+    pub inputs: Vec<u64>,
+    /// Segments written.
+    pub outputs: Vec<u64>,
+    /// Live records copied.
+    pub copied: u64,
+    /// Records dropped as dead (retired, superseded).
+    pub dropped_dead: u64,
+    /// Records dropped because they failed verification.
+    pub dropped_bad: u64,
+    /// File bytes of the inputs.
+    pub input_bytes: u64,
+    /// File bytes of the outputs.
+    pub output_bytes: u64,
+}
+
+impl StateStore {
+    fn is_live(&self, key: &StateKey, id: u64, offset: u64, sequence: u64) -> bool {
+        self.index.get(key).is_some_and(|r| {
+            u64::from(r.segment) == id && r.offset == offset && r.sequence == sequence
+        })
+    }
+
+    fn sealed_file(&self, w: &Writer, id: u64) -> Option<Arc<SegmentFile>> {
+        if !matches!(
+            w.manifest.state.snapshot.segments.get(&id),
+            Some(SegmentState::Sealed(..))
+        ) {
+            return None;
+        }
+        self.segments
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    /// Every sealed segment with its live fraction (reads footers only).
+    pub fn segment_stats(&self) -> Result<Vec<SegmentStat>> {
+        let w = self.writer();
+        let ids: Vec<u64> = w.manifest.state.snapshot.segments.keys().copied().collect();
+        let mut out = Vec::new();
+        for id in ids {
+            let Some(file) = self.sealed_file(&w, id) else {
+                continue;
+            };
+            let Ok((_, _, footer, _)) = read_sealed(&file) else {
+                continue;
+            };
+            let mut st = SegmentStat {
+                id,
+                entries: footer.entries.len() as u64,
+                live_records: 0,
+                stored_bytes: 0,
+                live_bytes: 0,
+                tombstones: 0,
+            };
+            for e in &footer.entries {
+                match &e.body {
+                    FrameBody::Record(m) => {
+                        st.stored_bytes += u64::from(e.stored_len);
+                        if self.is_live(&m.key, id, e.offset, e.record_sequence) {
+                            st.live_records += 1;
+                            st.live_bytes += u64::from(e.stored_len);
+                        }
+                    }
+                    FrameBody::Tombstone { .. } => st.tombstones += 1,
+                    FrameBody::Padding => {}
+                }
+            }
+            out.push(st);
+        }
+        Ok(out)
+    }
+
+    /// Live records and their stored bytes per namespace (reads footers only).
+    pub fn namespace_usage(&self) -> Result<Vec<(orbitkv_state::Namespace, u64, u64)>> {
+        let w = self.writer();
+        let ids: Vec<u64> = w.manifest.state.snapshot.segments.keys().copied().collect();
+        let mut usage: std::collections::BTreeMap<orbitkv_state::Namespace, (u64, u64)> =
+            Default::default();
+        for id in ids {
+            let Some(file) = self.sealed_file(&w, id) else {
+                continue;
+            };
+            let Ok((_, _, footer, _)) = read_sealed(&file) else {
+                continue;
+            };
+            for e in &footer.entries {
+                if let FrameBody::Record(m) = &e.body
+                    && self.is_live(&m.key, id, e.offset, e.record_sequence)
+                {
+                    let u = usage.entry(m.key.namespace).or_default();
+                    u.0 += 1;
+                    u.1 += u64::from(e.stored_len);
+                }
+            }
+        }
+        Ok(usage.into_iter().map(|(ns, (n, b))| (ns, n, b)).collect())
+    }
+
+    /// Compacts every sealed segment whose live fraction is below `threshold`.
+    pub fn compact_below(&self, threshold: f64) -> Result<CompactReport> {
+        let ids: Vec<u64> = self
+            .segment_stats()?
+            .into_iter()
+            .filter(|s| s.tombstones == 0 && s.live_fraction() < threshold)
+            .map(|s| s.id)
+            .collect();
+        self.compact(&ids)
+    }
+
+    /// A new segment for compaction output (named durably in the manifest first).
+    fn start_output(&self, w: &mut Writer) -> Result<Active> {
+        let seq = w
+            .manifest
+            .state
+            .snapshot
+            .last_segment_sequence
+            .map_or(1, |s| s + 1);
+        let created = SegmentCreated {
+            segment_id: seq,
+            segment_sequence: seq,
+            direct: self.config.alignment == orbitkv_segments::Alignment::Direct,
+            compression: self.config.compression != orbitkv_segments::Compression::None,
+        };
+        let mseq = w.next_sequence;
+        w.manifest
+            .append(mseq, ManifestRecord::SegmentCreated(created))?;
+        w.next_sequence += 1;
+        let path = self.layout.segment(seq);
+        let file = self
+            .io
+            .open(&path, OpenMode::CreateNew)
+            .map_err(io_err(&path, "create segment"))?;
+        let seg = Arc::new(SegmentFile {
+            id: seq,
+            path,
+            file,
+        });
+        let header = SegmentHeader {
+            segment_id: seq,
+            sequence: seq,
+            created_unix_ms: now_ms(),
+            directory_id: self.directory_id,
+            alignment: self.config.alignment,
+            compression: created.compression,
+        };
+        let mut out = Active::create(header, seg, self.config.compression)?;
+        out.sync()?;
+        self.io
+            .sync_dir(&self.layout.segments())
+            .map_err(io_err(&self.layout.segments(), "fsync directory"))?;
+        Ok(out)
+    }
+
+    fn seal_output(
+        &self,
+        w: &mut Writer,
+        mut out: Active,
+        report: &mut CompactReport,
+    ) -> Result<Arc<SegmentFile>> {
+        let (digest, data_end) = out.seal()?;
+        let mseq = w.next_sequence;
+        w.manifest.append(
+            mseq,
+            ManifestRecord::SegmentSealed(SegmentSealed {
+                segment_id: out.seg.id,
+                footer_digest: digest,
+                records: out.entries.len() as u64,
+                data_end,
+            }),
+        )?;
+        w.next_sequence += 1;
+        report.outputs.push(out.seg.id);
+        report.output_bytes += out.seg.file.size().unwrap_or(0);
+        Ok(out.seg.clone())
+    }
+
+    /// Rewrites the sealed segments `ids` (skipping any that are not sealed or hold tombstones)
+    /// with only their live records, commits, and deletes them.
+    pub fn compact(&self, ids: &[u64]) -> Result<CompactReport> {
+        let mut w = self.writer();
+        let mut report = CompactReport::default();
+        let mut moved: Vec<(StateKey, u64, u64, u64)> = Vec::new(); // key, seq, output, offset
+        let mut outputs: Vec<Arc<SegmentFile>> = Vec::new();
+        let mut out: Option<Active> = None;
+        let mut inputs = Vec::new();
+        for &id in ids {
+            let Some(file) = self.sealed_file(&w, id) else {
+                continue;
+            };
+            let (_, _, footer, _) = read_sealed(&file).map_err(|reason| Error::Damaged {
+                path: file.path.clone(),
+                reason,
+            })?;
+            if footer
+                .entries
+                .iter()
+                .any(|e| matches!(e.body, FrameBody::Tombstone { .. }))
+            {
+                continue;
+            }
+            inputs.push((id, file.clone()));
+            report.input_bytes += file.file.size().unwrap_or(0);
+            for e in &footer.entries {
+                let FrameBody::Record(meta) = &e.body else {
+                    continue;
+                };
+                if !self.is_live(&meta.key, id, e.offset, e.record_sequence) {
+                    report.dropped_dead += 1;
+                    continue;
+                }
+                let mut frame = vec![0u8; FRAME_HEADER_LEN + e.stored_len as usize];
+                let payload = file
+                    .file
+                    .read_exact_at(&mut frame, e.offset)
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| {
+                        let h = FrameHeader::decode(&frame, e.offset).map_err(|e| e.to_string())?;
+                        if h.body != e.body || h.record_sequence != e.record_sequence {
+                            return Err("frame differs from its footer entry".to_owned());
+                        }
+                        h.payload(&frame[FRAME_HEADER_LEN..], e.offset)
+                            .map(|p| p.into_owned())
+                            .map_err(|e| e.to_string())
+                    });
+                let payload = match payload {
+                    Ok(p) => p,
+                    Err(why) => {
+                        tracing::warn!(
+                            segment = id,
+                            offset = e.offset,
+                            "dropping a bad record: {why}"
+                        );
+                        self.index.remove(&meta.key, Some(e.record_sequence));
+                        report.dropped_bad += 1;
+                        continue;
+                    }
+                };
+                let need = (payload.len() + FRAME_HEADER_LEN) as u64;
+                if out.as_ref().is_some_and(|o| {
+                    !o.entries.is_empty()
+                        && o.len + need + o.seal_overhead() > self.config.segment_bytes
+                }) && let Some(full) = out.take()
+                {
+                    outputs.push(self.seal_output(&mut w, full, &mut report)?);
+                }
+                if out.is_none() {
+                    out = Some(self.start_output(&mut w)?);
+                }
+                let Some(o) = out.as_mut() else {
+                    continue;
+                };
+                let rec: [(RecordMeta, &[u8]); 1] = [(meta.clone(), payload.as_slice())];
+                let entries = o.append_with(&rec, |_| e.record_sequence)?;
+                if let Some(ne) = entries.first() {
+                    moved.push((meta.key, e.record_sequence, o.seg.id, ne.offset));
+                }
+                report.copied += 1;
+            }
+        }
+        if let Some(last) = out.take() {
+            outputs.push(self.seal_output(&mut w, last, &mut report)?);
+        }
+        if inputs.is_empty() {
+            return Ok(report);
+        }
+        report.inputs = inputs.iter().map(|(id, _)| *id).collect();
+        let mseq = w.next_sequence;
+        w.manifest.append(
+            mseq,
+            ManifestRecord::CompactionCommitted {
+                inputs: report.inputs.clone(),
+                outputs: report.outputs.clone(),
+            },
+        )?;
+        w.next_sequence += 1;
+        // Committed: publish the outputs, move the index, then retire the inputs.
+        {
+            let mut map = self.segments.write().unwrap_or_else(|p| p.into_inner());
+            for o in &outputs {
+                map.insert(o.id, o.clone());
+            }
+        }
+        for (key, seq, seg, offset) in moved {
+            let seg = u32::try_from(seg).unwrap_or_default();
+            self.index.relocate(&key, seq, Tier::Ssd, seg, offset)?;
+        }
+        {
+            let mut map = self.segments.write().unwrap_or_else(|p| p.into_inner());
+            for (id, _) in &inputs {
+                map.remove(id);
+            }
+        }
+        for (_, file) in &inputs {
+            let _ = self.io.remove_file(&file.path);
+        }
+        let _ = self.io.sync_dir(&self.layout.segments());
+        drop(w);
+        tracing::info!(
+            inputs = ?report.inputs,
+            outputs = ?report.outputs,
+            copied = report.copied,
+            dropped_dead = report.dropped_dead,
+            dropped_bad = report.dropped_bad,
+            "compaction committed"
+        );
+        Ok(report)
+    }
+}
+
+impl StateStore {
+    /// Rewrites segments whose records cannot all be trusted — bad records, or a header, trailer
+    /// or footer that does not verify — by scanning their frames: every frame that verifies and
+    /// is still the newest, unretired record of its key is copied (keeping its sequence) into new
+    /// segments; then the inputs are committed away and deleted. Used by `fsck --repair`.
+    pub fn salvage(&self, ids: &[u64]) -> Result<CompactReport> {
+        let mut w = self.writer();
+        let mut report = CompactReport::default();
+        let mut out: Option<Active> = None;
+        let mut outputs: Vec<Arc<SegmentFile>> = Vec::new();
+        let mut placed: Vec<(StateKey, orbitkv_index::Record)> = Vec::new();
+        let mut inputs = Vec::new();
+        for &id in ids {
+            if !matches!(
+                w.manifest.state.snapshot.segments.get(&id),
+                Some(SegmentState::Sealed(..))
+            ) {
+                continue;
+            }
+            inputs.push(id);
+            let path = self.layout.segment(id);
+            let bytes = match self.io.open(&path, OpenMode::Read).and_then(|f| {
+                let mut b = vec![0u8; usize::try_from(f.size()?).unwrap_or(0)];
+                f.read_exact_at(&mut b, 0).map(|()| b)
+            }) {
+                Ok(b) => b,
+                Err(_) => continue, // nothing readable to salvage
+            };
+            report.input_bytes += bytes.len() as u64;
+            let Ok(header) = SegmentHeader::decode(&bytes) else {
+                continue;
+            };
+            for item in orbitkv_segments::Scanner::new(
+                &bytes,
+                header,
+                orbitkv_segments::ScanMode::TolerateTail,
+            ) {
+                let orbitkv_segments::ScanItem::Frame(f) = item else {
+                    report.dropped_bad += 1;
+                    continue;
+                };
+                let FrameBody::Record(meta) = &f.header.body else {
+                    continue;
+                };
+                let seq = f.header.record_sequence;
+                let retired = w.manifest.state.is_retired(&meta.key.namespace, seq);
+                let wanted = !retired
+                    && self.index.get(&meta.key).is_none_or(|r| {
+                        (u64::from(r.segment) == id && r.sequence == seq) || r.sequence < seq
+                    });
+                if !wanted {
+                    report.dropped_dead += 1;
+                    continue;
+                }
+                let Ok(payload) = f.header.payload(&bytes[f.payload.clone()], f.offset) else {
+                    report.dropped_bad += 1;
+                    continue;
+                };
+                let need = (payload.len() + FRAME_HEADER_LEN) as u64;
+                if out.as_ref().is_some_and(|o| {
+                    !o.entries.is_empty()
+                        && o.len + need + o.seal_overhead() > self.config.segment_bytes
+                }) && let Some(full) = out.take()
+                {
+                    outputs.push(self.seal_output(&mut w, full, &mut report)?);
+                }
+                if out.is_none() {
+                    out = Some(self.start_output(&mut w)?);
+                }
+                let Some(o) = out.as_mut() else {
+                    continue;
+                };
+                let rec: [(RecordMeta, &[u8]); 1] = [(meta.clone(), payload.as_ref())];
+                let entries = o.append_with(&rec, |_| seq)?;
+                if let Some(ne) = entries.first() {
+                    placed.push((
+                        meta.key,
+                        orbitkv_index::Record {
+                            tier: Tier::Ssd,
+                            segment: u32::try_from(o.seg.id).unwrap_or_default(),
+                            offset: ne.offset,
+                            stored_len: ne.stored_len,
+                            range: meta.range,
+                            sequence: seq,
+                            format: meta.format,
+                        },
+                    ));
+                }
+                report.copied += 1;
+            }
+        }
+        if let Some(last) = out.take() {
+            outputs.push(self.seal_output(&mut w, last, &mut report)?);
+        }
+        if inputs.is_empty() {
+            return Ok(report);
+        }
+        report.inputs = inputs.clone();
+        let mseq = w.next_sequence;
+        w.manifest.append(
+            mseq,
+            ManifestRecord::CompactionCommitted {
+                inputs: inputs.clone(),
+                outputs: report.outputs.clone(),
+            },
+        )?;
+        w.next_sequence += 1;
+        {
+            let mut map = self.segments.write().unwrap_or_else(|p| p.into_inner());
+            for o in &outputs {
+                map.insert(o.id, o.clone());
+            }
+        }
+        for (key, rec) in placed {
+            // The copy replaces the record it came from (same sequence) or an older one.
+            if !self
+                .index
+                .relocate(&key, rec.sequence, Tier::Ssd, rec.segment, rec.offset)?
+            {
+                self.index.insert(&key, rec)?;
+            }
+        }
+        {
+            let mut map = self.segments.write().unwrap_or_else(|p| p.into_inner());
+            let mut q = self.quarantined.write().unwrap_or_else(|p| p.into_inner());
+            for id in &inputs {
+                map.remove(id);
+                q.remove(id);
+            }
+        }
+        for id in &inputs {
+            let _ = self.io.remove_file(&self.layout.segment(*id));
+        }
+        let _ = self.io.sync_dir(&self.layout.segments());
+        Ok(report)
+    }
+}
