@@ -7,13 +7,13 @@
 use std::sync::Arc;
 
 use orbitkv_index::Tier;
-use orbitkv_segments::{FRAME_HEADER_LEN, FrameBody, FrameHeader, RecordMeta, SegmentHeader};
+use orbitkv_segments::{FRAME_HEADER_LEN, FrameBody, RecordMeta, SegmentHeader};
 use orbitkv_state::StateKey;
 use orbitkv_wal::{ManifestRecord, SegmentCreated, SegmentSealed, SegmentState};
 
 use crate::error::{Error, Result, io_err};
 use crate::io::OpenMode;
-use crate::segment::{Active, SegmentFile, read_sealed};
+use crate::segment::{Active, SegmentFile, read_entry_payload, read_sealed};
 use crate::{StateStore, Writer, now_ms};
 
 /// What one sealed segment holds, and how much of it is still live.
@@ -67,7 +67,7 @@ pub struct CompactReport {
 }
 
 impl StateStore {
-    fn is_live(&self, key: &StateKey, id: u64, offset: u64, sequence: u64) -> bool {
+    pub(crate) fn is_live(&self, key: &StateKey, id: u64, offset: u64, sequence: u64) -> bool {
         self.index.get(key).is_some_and(|r| {
             u64::from(r.segment) == id && r.offset == offset && r.sequence == sequence
         })
@@ -238,7 +238,11 @@ impl StateStore {
         let mut outputs: Vec<Arc<SegmentFile>> = Vec::new();
         let mut out: Option<Active> = None;
         let mut inputs = Vec::new();
+        let pinned = self.pins.pinned_segments();
         for &id in ids {
+            if pinned.contains(&id) {
+                continue; // a pinned record's bytes stay where the pin names them
+            }
             let Some(file) = self.sealed_file(&w, id) else {
                 continue;
             };
@@ -263,20 +267,7 @@ impl StateStore {
                     report.dropped_dead += 1;
                     continue;
                 }
-                let mut frame = vec![0u8; FRAME_HEADER_LEN + e.stored_len as usize];
-                let payload = file
-                    .file
-                    .read_exact_at(&mut frame, e.offset)
-                    .map_err(|e| e.to_string())
-                    .and_then(|()| {
-                        let h = FrameHeader::decode(&frame, e.offset).map_err(|e| e.to_string())?;
-                        if h.body != e.body || h.record_sequence != e.record_sequence {
-                            return Err("frame differs from its footer entry".to_owned());
-                        }
-                        h.payload(&frame[FRAME_HEADER_LEN..], e.offset)
-                            .map(|p| p.into_owned())
-                            .map_err(|e| e.to_string())
-                    });
+                let payload = read_entry_payload(&file, e);
                 let payload = match payload {
                     Ok(p) => p,
                     Err(why) => {
@@ -345,10 +336,12 @@ impl StateStore {
                 map.remove(id);
             }
         }
-        for (_, file) in &inputs {
+        for (id, file) in &inputs {
+            w.probation.remove(id);
             let _ = self.io.remove_file(&file.path);
         }
         let _ = self.io.sync_dir(&self.layout.segments());
+        self.recount_used(&mut w);
         drop(w);
         tracing::info!(
             inputs = ?report.inputs,

@@ -63,6 +63,19 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The SSD tier is full and every segment that could be reclaimed is pinned or still being
+    /// written; the put may be retried once pins are released.
+    #[error(
+        "the SSD tier is full ({used} of {budget} bytes, {need} more needed) and nothing can be reclaimed: release pins or raise the SSD budget"
+    )]
+    CapacityExhausted {
+        /// Bytes the put needs.
+        need: u64,
+        /// Bytes the segments use.
+        used: u64,
+        /// The SSD budget.
+        budget: u64,
+    },
     /// A configuration the store cannot run with.
     #[error("bad store configuration: {0}")]
     BadConfig(String),

@@ -8,8 +8,8 @@ use orbitkv_index::Record;
 use orbitkv_segments::footer::{Footer, footer_digest};
 use orbitkv_segments::frame::encode_frame;
 use orbitkv_segments::{
-    Alignment, Compression, FrameBody, IndexEntry, RecordMeta, SEGMENT_HEADER_LEN, SegmentHeader,
-    TRAILER_LEN, Trailer,
+    Alignment, Compression, FRAME_HEADER_LEN, FrameBody, FrameHeader, IndexEntry, RecordMeta,
+    SEGMENT_HEADER_LEN, SegmentHeader, TRAILER_LEN, Trailer,
 };
 use orbitkv_state::StateKey;
 
@@ -212,4 +212,23 @@ pub(crate) fn read_sealed(
     }
     let read = (head.len() + TRAILER_LEN + footer_len) as u64;
     Ok((header, t, f, read))
+}
+
+/// Reads and verifies the payload of the record `e` lists (from a footer or a scan): the frame
+/// must decode, match the entry, and its CRC must verify. Errors are descriptions.
+pub(crate) fn read_entry_payload(
+    file: &SegmentFile,
+    e: &IndexEntry,
+) -> std::result::Result<Vec<u8>, String> {
+    let mut frame = vec![0u8; FRAME_HEADER_LEN + e.stored_len as usize];
+    file.file
+        .read_exact_at(&mut frame, e.offset)
+        .map_err(|e| e.to_string())?;
+    let h = FrameHeader::decode(&frame, e.offset).map_err(|e| e.to_string())?;
+    if h.body != e.body || h.record_sequence != e.record_sequence {
+        return Err("frame differs from its footer entry".to_owned());
+    }
+    h.payload(&frame[FRAME_HEADER_LEN..], e.offset)
+        .map(|p| p.into_owned())
+        .map_err(|e| e.to_string())
 }

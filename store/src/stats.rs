@@ -20,6 +20,12 @@ pub struct Stats {
     pub(crate) open_payload_bytes: AtomicU64,
     pub(crate) torn_tails_truncated: AtomicU64,
     pub(crate) corrupt_records: AtomicU64,
+    pub(crate) dram_hits: AtomicU64,
+    pub(crate) capacity_refusals: AtomicU64,
+    pub(crate) reclaimed_segments: AtomicU64,
+    pub(crate) evicted_records: AtomicU64,
+    pub(crate) reinserted_records: AtomicU64,
+    pub(crate) pins: AtomicU64,
 }
 
 /// A snapshot of [`Stats`].
@@ -55,6 +61,18 @@ pub struct StatsSnapshot {
     pub torn_tails_truncated: u64,
     /// Corrupt records found (and skipped) on open.
     pub corrupt_records: u64,
+    /// Hits served from the DRAM tier.
+    pub dram_hits: u64,
+    /// Puts refused because the SSD tier was full of pinned or active segments.
+    pub capacity_refusals: u64,
+    /// Segments reclaimed by the SSD tier's policy.
+    pub reclaimed_segments: u64,
+    /// Records dropped by reclaiming.
+    pub evicted_records: u64,
+    /// Records copied forward by reclaiming.
+    pub reinserted_records: u64,
+    /// Pins taken.
+    pub pins: u64,
 }
 
 impl Stats {
@@ -81,6 +99,12 @@ impl Stats {
             open_payload_bytes: g(&self.open_payload_bytes),
             torn_tails_truncated: g(&self.torn_tails_truncated),
             corrupt_records: g(&self.corrupt_records),
+            dram_hits: g(&self.dram_hits),
+            capacity_refusals: g(&self.capacity_refusals),
+            reclaimed_segments: g(&self.reclaimed_segments),
+            evicted_records: g(&self.evicted_records),
+            reinserted_records: g(&self.reinserted_records),
+            pins: g(&self.pins),
         }
     }
 }

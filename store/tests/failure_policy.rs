@@ -1,4 +1,5 @@
-//! The documented failure policy, exactly: ENOSPC refuses puts and keeps serving reads; a failed
+//! The documented failure policy, exactly: ENOSPC refuses puts (until space comes back) and keeps
+//! serving reads; a failed
 //! fsync drops (and counts) the records since the last good sync and seals the segment off; a
 //! failed write is refused and the next put uses a new segment; nothing wrong is ever served.
 
@@ -37,6 +38,12 @@ fn no_space_refuses_puts_and_keeps_serving_reads() {
     for i in 0..accepted {
         assert_eq!(check(&store, 2, i, 10_000), Some(true), "record {i}");
     }
+    // Space freed: once the retry interval has passed, puts are accepted again.
+    io.set_plan(FaultPlan::default());
+    std::thread::sleep(orbitkv_store::NO_SPACE_RETRY + std::time::Duration::from_millis(50));
+    let p = payload(2, 100, 10_000);
+    store.put(&[(meta(100), p.as_slice())]).unwrap();
+    assert_eq!(check(&store, 2, 100, 10_000), Some(true));
 }
 
 #[test]

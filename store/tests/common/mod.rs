@@ -88,8 +88,13 @@ pub fn config(segment_bytes: u64, durability: Durability) -> StoreConfig {
 }
 
 pub fn open(io: &FaultIo, segment_bytes: u64, durability: Durability) -> StateStore {
+    open_with(io, config(segment_bytes, durability))
+}
+
+/// Opens `config` on `io` and registers [`NS`].
+pub fn open_with(io: &FaultIo, config: StoreConfig) -> StateStore {
     let io: Arc<dyn Io> = Arc::new(io.clone());
-    let store = StateStore::open(io, config(segment_bytes, durability)).unwrap();
+    let store = StateStore::open(io, config).unwrap();
     store.register_namespace(NS, info()).unwrap();
     store
 }

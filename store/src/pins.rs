@@ -1,0 +1,128 @@
+//! Pins: a pinned record's bytes stay readable through [`StateStore::get_pinned`] until it is
+//! unpinned, whatever happens to its key meanwhile (superseded, retired, evicted from the index).
+//! A pin holds the segment file open and keeps the segment from being reclaimed or compacted,
+//! so the bytes it names stay where it names them. The manager's leases are pins.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use orbitkv_index::Record;
+use orbitkv_state::StateKey;
+
+use crate::StateStore;
+use crate::error::Result;
+use crate::segment::SegmentFile;
+use crate::stats::Stats;
+
+/// A pin on one record, from [`StateStore::pin`]; release it with [`StateStore::unpin`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Pin(u64);
+
+impl Pin {
+    /// The pin's number (unique for the store's lifetime, for logs and leases).
+    pub fn id(self) -> u64 {
+        self.0
+    }
+}
+
+struct Pinned {
+    key: StateKey,
+    record: Record,
+    segment: Arc<SegmentFile>,
+}
+
+/// The pin table.
+#[derive(Default)]
+pub(crate) struct Pins {
+    next: AtomicU64,
+    table: Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    pins: HashMap<u64, Pinned>,
+    per_segment: HashMap<u64, usize>,
+}
+
+impl Pins {
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Segments holding at least one pinned record.
+    pub(crate) fn pinned_segments(&self) -> HashSet<u64> {
+        self.table().per_segment.keys().copied().collect()
+    }
+
+    /// Pins held.
+    pub(crate) fn len(&self) -> usize {
+        self.table().pins.len()
+    }
+}
+
+impl StateStore {
+    /// Pins the record `key` names now, or `None` if none is stored.
+    pub fn pin(&self, key: &StateKey) -> Option<Pin> {
+        let mut table = self.pins.table();
+        let record = self.index.get(key)?;
+        let id = u64::from(record.segment);
+        if self.is_quarantined(id) {
+            return None;
+        }
+        let segment = self
+            .segments
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()?;
+        let pin = self.pins.next.fetch_add(1, Ordering::Relaxed);
+        table.pins.insert(
+            pin,
+            Pinned {
+                key: *key,
+                record,
+                segment,
+            },
+        );
+        *table.per_segment.entry(id).or_default() += 1;
+        Stats::add(&self.stats.pins, 1);
+        Some(Pin(pin))
+    }
+
+    /// Releases `pin`; false if it was not held.
+    pub fn unpin(&self, pin: Pin) -> bool {
+        let mut table = self.pins.table();
+        let Some(p) = table.pins.remove(&pin.0) else {
+            return false;
+        };
+        let id = u64::from(p.record.segment);
+        if let Some(n) = table.per_segment.get_mut(&id) {
+            *n -= 1;
+            if *n == 0 {
+                table.per_segment.remove(&id);
+            }
+        }
+        true
+    }
+
+    /// Reads the pinned record into `out`, verified as [`StateStore::get`] verifies. `None` when
+    /// the pin is not held or its bytes fail verification.
+    pub fn get_pinned(&self, pin: Pin, out: &mut Vec<u8>) -> Result<Option<Record>> {
+        let (key, record, segment) = {
+            let table = self.pins.table();
+            let Some(p) = table.pins.get(&pin.0) else {
+                return Ok(None);
+            };
+            (p.key, p.record, p.segment.clone())
+        };
+        if self.dram.get(&key, record.sequence, out) {
+            Stats::add(&self.stats.dram_hits, 1);
+            return Ok(Some(record));
+        }
+        Ok(self
+            .read_verified(&segment, &key, &record, out, false)
+            .then_some(record))
+    }
+}
