@@ -350,12 +350,14 @@ impl Index {
         }
     }
 
-    /// Moves the record of `key` to a new location, if its indexed record still has `sequence`
-    /// (compaction copies a record and must not overwrite a newer one). Returns whether it moved.
+    /// Moves the record of `key` to a new location carrying `new_sequence`, if its indexed
+    /// record still has `sequence` (a copy must not overwrite a newer record). Returns whether it
+    /// moved.
     pub fn relocate(
         &self,
         key: &StateKey,
         sequence: u64,
+        new_sequence: u64,
         tier: Tier,
         segment: u32,
         offset: u64,
@@ -385,6 +387,7 @@ impl Index {
         rec.tier = tier;
         rec.segment = segment;
         rec.offset = offset;
+        rec.sequence = new_sequence;
         table.slots[i].write(encode(&k, &rec)?);
         Ok(true)
     }

@@ -234,7 +234,8 @@ impl StateStore {
     pub fn compact(&self, ids: &[u64]) -> Result<CompactReport> {
         let mut w = self.writer();
         let mut report = CompactReport::default();
-        let mut moved: Vec<(StateKey, u64, u64, u64)> = Vec::new(); // key, seq, output, offset
+        // key, sequence, the copy's sequence, output, offset
+        let mut moved: Vec<(StateKey, u64, u64, u64, u64)> = Vec::new();
         let mut outputs: Vec<Arc<SegmentFile>> = Vec::new();
         let mut out: Option<Active> = None;
         let mut inputs = Vec::new();
@@ -264,6 +265,7 @@ impl StateStore {
                     continue;
                 };
                 if !self.is_live(&meta.key, id, e.offset, e.record_sequence) {
+                    self.read_marks.take(id, e.offset);
                     report.dropped_dead += 1;
                     continue;
                 }
@@ -295,10 +297,14 @@ impl StateStore {
                 let Some(o) = out.as_mut() else {
                     continue;
                 };
+                // The copy takes a new sequence, so a segment's sequences keep increasing; only
+                // the key's current record is copied, so no newer one is overtaken.
                 let rec: [(RecordMeta, &[u8]); 1] = [(meta.clone(), payload.as_slice())];
-                let entries = o.append_with(&rec, |_| e.record_sequence)?;
+                let new_seq = w.next_sequence;
+                w.next_sequence += 1;
+                let entries = o.append(&rec, new_seq)?;
                 if let Some(ne) = entries.first() {
-                    moved.push((meta.key, e.record_sequence, o.seg.id, ne.offset));
+                    moved.push((meta.key, e.record_sequence, new_seq, o.seg.id, ne.offset));
                 }
                 report.copied += 1;
             }
@@ -326,9 +332,18 @@ impl StateStore {
                 map.insert(o.id, o.clone());
             }
         }
-        for (key, seq, seg, offset) in moved {
-            let seg = u32::try_from(seg).unwrap_or_default();
-            self.index.relocate(&key, seq, Tier::Ssd, seg, offset)?;
+        for (key, seq, new_seq, seg, offset) in moved {
+            let seg32 = u32::try_from(seg).unwrap_or_default();
+            let moved_from = self.index.get(&key).filter(|r| r.sequence == seq);
+            if self
+                .index
+                .relocate(&key, seq, new_seq, Tier::Ssd, seg32, offset)?
+                && let Some(from) = moved_from
+                && self.read_marks.take(u64::from(from.segment), from.offset)
+            {
+                // A record read before compaction is still one read for the reclaimer.
+                self.read_marks.mark(seg, offset);
+            }
         }
         {
             let mut map = self.segments.write().unwrap_or_else(|p| p.into_inner());
@@ -445,6 +460,11 @@ impl StateStore {
                 }
                 report.copied += 1;
             }
+            // Copies keep their sequences, which increase within one input only: each input
+            // gets outputs of its own.
+            if let Some(full) = out.take() {
+                outputs.push(self.seal_output(&mut w, full, &mut report)?);
+            }
         }
         if let Some(last) = out.take() {
             outputs.push(self.seal_output(&mut w, last, &mut report)?);
@@ -470,10 +490,14 @@ impl StateStore {
         }
         for (key, rec) in placed {
             // The copy replaces the record it came from (same sequence) or an older one.
-            if !self
-                .index
-                .relocate(&key, rec.sequence, Tier::Ssd, rec.segment, rec.offset)?
-            {
+            if !self.index.relocate(
+                &key,
+                rec.sequence,
+                rec.sequence,
+                Tier::Ssd,
+                rec.segment,
+                rec.offset,
+            )? {
                 self.index.insert(&key, rec)?;
             }
         }

@@ -66,7 +66,7 @@ use crate::manifest::Manifest;
 pub use crate::pins::Pin;
 use crate::pins::Pins;
 pub use crate::reclaimer::Policy;
-use crate::reclaimer::{Log, ReadBits};
+use crate::reclaimer::{Log, ReadMarks};
 pub use crate::recover::RecoveryReport;
 use crate::segment::{Active, SegmentFile};
 use crate::stats::{Stats, StatsSnapshot};
@@ -206,7 +206,7 @@ pub struct StateStore {
     report: RecoveryReport,
     dram: DramTier,
     pins: Pins,
-    read_bits: ReadBits,
+    read_marks: ReadMarks,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -348,7 +348,7 @@ impl StateStore {
         Stats::add(&stats.quarantined_segments, report.quarantined.len() as u64);
         let quarantined = report.quarantined.iter().map(|(id, _)| *id).collect();
         let dram = DramTier::new(config.dram_bytes);
-        let read_bits = ReadBits::new(config.ssd_bytes);
+        let read_marks = ReadMarks::new(config.ssd_bytes.is_some());
         let store = Self {
             io,
             layout,
@@ -372,7 +372,7 @@ impl StateStore {
             report,
             dram,
             pins: Pins::default(),
-            read_bits,
+            read_marks,
         };
         {
             let mut w = store.writer();
@@ -769,7 +769,6 @@ impl StateStore {
                 sequence: e.record_sequence,
                 format: meta.format,
             };
-            self.read_bits.clear(seg_id, e.offset);
             let previous = match self.index.insert(&meta.key, rec)? {
                 Insert::Replaced { previous } => Some(previous),
                 Insert::Inserted | Insert::Kept { .. } => None,
@@ -854,7 +853,7 @@ impl StateStore {
         };
         let id = u64::from(rec.segment);
         if self.dram.get(key, rec.sequence, out) {
-            self.read_bits.mark(id, rec.offset);
+            self.read_marks.mark(id, rec.offset);
             Stats::add(&self.stats.dram_hits, 1);
             Stats::add(&self.stats.hits, 1);
             return Ok(Some(rec));
@@ -874,7 +873,7 @@ impl StateStore {
         if !self.read_verified(&seg, key, &rec, out, true) {
             return miss(self);
         }
-        self.read_bits.mark(id, rec.offset);
+        self.read_marks.mark(id, rec.offset);
         self.dram.insert(key, rec.sequence, out);
         Stats::add(&self.stats.hits, 1);
         Ok(Some(rec))

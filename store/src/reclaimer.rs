@@ -6,16 +6,19 @@
 //! read while there is copied into the main log when its segment is reclaimed, one reclaimed
 //! unread is dropped and remembered by a ghost set, and a bundle whose key the ghost remembers is
 //! written straight to the main log. In the main log a record read since it was last written is
-//! copied forward once more; the rest are dropped. Copies keep their record sequence, are durable
+//! copied forward once more; the rest are dropped. A copy takes a new record sequence (only a key's
+//! current record is copied, under the writer lock, so it overtakes nothing newer), is durable
 //! before the reclaimed segment's deletion is committed to the manifest, and the index moves to
-//! them only then, so a crash at any point loses no record that was not being evicted and serves
-//! none that was superseded or retired. Segments holding pinned records are never reclaimed.
+//! it only then, so a crash at any point loses no record that was not being evicted and serves
+//! none that was superseded or retired (a crash before the deletion leaves both copies: the same
+//! bytes, the newer sequence kept). Segments holding pinned records are never reclaimed.
 //!
 //! Replayed on the shared request trace this beat per-block LRU at 10%, 25% and 50% of the
 //! trace's distinct blocks, where a single FIFO log (with or without copying read records
 //! forward) lost to LRU at 10% (docs/performance.md has the numbers and the command).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashSet;
+use std::sync::{Mutex, MutexGuard};
 
 use orbitkv_index::Tier;
 use orbitkv_segments::{FrameBody, RecordMeta};
@@ -71,52 +74,51 @@ pub(crate) enum Log {
     Main = 1,
 }
 
-/// One bit per record location — set when the record is read, cleared when it is written — in
-/// a fixed table indexed by a hash of (segment, offset). Collisions only make the policy keep a
-/// record it could have dropped.
-pub(crate) struct ReadBits {
-    words: Box<[AtomicU64]>,
-    mask: u64,
+/// The record locations read since they were written, exactly: a record is marked when it is
+/// read and its mark taken when its segment is reclaimed or compacted (for every record in it,
+/// live or dead, so no mark outlives its segment; locations are never reused, as segment ids are
+/// not). Sharded so readers rarely meet; nothing is marked without an SSD budget, where nothing
+/// is reclaimed. A hashed bit table was tried first: on the shared trace even 1–2% colliding
+/// bits cost the copy-forward policies 2–5 points of hit ratio, because losing the mark of a
+/// hot prefix block drops the start of every chain through it.
+pub(crate) struct ReadMarks {
+    shards: Box<[Mutex<Locations>]>,
+    enabled: bool,
 }
 
-impl ReadBits {
-    /// A table sized for a tier of `ssd_bytes` (about a bit per KiB, within 2^16..2^31 bits).
-    pub(crate) fn new(ssd_bytes: Option<u64>) -> Self {
-        let bits = ssd_bytes.map_or(1 << 16, |b| (b / 1024).clamp(1 << 16, 1 << 31));
-        let bits = bits.next_power_of_two();
+const MARK_SHARDS: u64 = 64;
+
+/// (segment, offset) pairs.
+type Locations = HashSet<(u64, u64)>;
+
+impl ReadMarks {
+    /// Marks for a tier with (`enabled`) or without an SSD budget.
+    pub(crate) fn new(enabled: bool) -> Self {
         Self {
-            words: (0..bits / 64).map(|_| AtomicU64::new(0)).collect(),
-            mask: bits - 1,
+            shards: (0..MARK_SHARDS).map(|_| Mutex::default()).collect(),
+            enabled,
         }
     }
 
-    fn at(&self, segment: u64, offset: u64) -> (usize, u64) {
-        let h = (segment.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ offset)
+    fn shard(&self, segment: u64, offset: u64) -> MutexGuard<'_, Locations> {
+        let h = (segment.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (offset >> 9))
             .wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        let bit = (h >> 17) & self.mask;
-        ((bit / 64) as usize, 1 << (bit % 64))
+        let i = (h >> 58) % MARK_SHARDS;
+        self.shards[i as usize]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// Marks the record at (`segment`, `offset`) read.
     pub(crate) fn mark(&self, segment: u64, offset: u64) {
-        let (w, b) = self.at(segment, offset);
-        if self.words[w].load(Ordering::Relaxed) & b == 0 {
-            self.words[w].fetch_or(b, Ordering::Relaxed);
+        if self.enabled {
+            self.shard(segment, offset).insert((segment, offset));
         }
     }
 
-    /// Whether the record at (`segment`, `offset`) was read, clearing the bit.
+    /// Whether the record at (`segment`, `offset`) was read, taking the mark.
     pub(crate) fn take(&self, segment: u64, offset: u64) -> bool {
-        let (w, b) = self.at(segment, offset);
-        self.words[w].fetch_and(!b, Ordering::Relaxed) & b != 0
-    }
-
-    /// Clears the bit of a location just written.
-    pub(crate) fn clear(&self, segment: u64, offset: u64) {
-        let (w, b) = self.at(segment, offset);
-        if self.words[w].load(Ordering::Relaxed) & b != 0 {
-            self.words[w].fetch_and(!b, Ordering::Relaxed);
-        }
+        self.enabled && self.shard(segment, offset).remove(&(segment, offset))
     }
 }
 
@@ -215,17 +217,19 @@ impl StateStore {
                 Vec::new()
             }
         };
-        let mut kept: Vec<(StateKey, u64, u64)> = Vec::new(); // key, sequence, new offset
+        // key, sequence, the copy's sequence, its segment and offset
+        let mut kept: Vec<(StateKey, u64, u64, u64, u64)> = Vec::new();
         let mut dropped: Vec<(StateKey, u64)> = Vec::new();
-        let mut kept_in: u64 = 0;
         for e in &entries {
             let FrameBody::Record(meta) = &e.body else {
                 continue;
             };
+            // Taken for every record, live or not, so no stale bit outlives its segment.
+            let read = self.read_marks.take(id, e.offset);
             if !self.is_live(&meta.key, id, e.offset, e.record_sequence) {
                 continue;
             }
-            let keep = self.config.policy.reinserts() && self.read_bits.take(id, e.offset);
+            let keep = self.config.policy.reinserts() && read;
             let payload = if keep {
                 read_entry_payload(&file, e).ok()
             } else {
@@ -238,28 +242,36 @@ impl StateStore {
             let rec: [(RecordMeta, &[u8]); 1] = [(meta.clone(), payload.as_slice())];
             let need = self.bundle_need(&rec);
             let seg = self.ensure_active(w, Log::Main, need)?;
-            kept_in = seg;
+            // A new sequence keeps the segment's sequences increasing; the record is its key's
+            // current one (checked above, under the writer lock), so nothing newer is overtaken.
+            let new_seq = w.next_sequence;
             let Some(active) = w.active[Log::Main as usize].as_mut() else {
                 continue;
             };
             let before = active.len;
-            let appended = match active.append_with(&rec, |_| e.record_sequence) {
+            let appended = match active.append(&rec, new_seq) {
                 Ok(a) => a,
                 Err(err) => return Err(self.refuse_on(w, err, Log::Main)),
             };
             w.ssd_used += active.len - before;
+            w.next_sequence += 1;
             if let Some(ne) = appended.first() {
-                self.read_bits.clear(seg, ne.offset);
-                kept.push((meta.key, e.record_sequence, ne.offset));
+                kept.push((meta.key, e.record_sequence, new_seq, seg, ne.offset));
             }
         }
         if !kept.is_empty() {
             // The copies are durable before the original's deletion is.
             self.sync_log(w, Log::Main)?;
         }
-        let seg32 = u32::try_from(kept_in).unwrap_or_default();
-        for (key, seq, offset) in &kept {
-            self.index.relocate(key, *seq, Tier::Ssd, seg32, *offset)?;
+        for (key, seq, new_seq, seg, offset) in &kept {
+            let seg = u32::try_from(*seg).unwrap_or_default();
+            if self
+                .index
+                .relocate(key, *seq, *new_seq, Tier::Ssd, seg, *offset)?
+            {
+                // Its DRAM copy names the old sequence; the next read brings the copy back.
+                self.dram.remove(key, *seq);
+            }
         }
         let capacity = self.index.len().max(1024);
         for (key, seq) in &dropped {

@@ -1,7 +1,7 @@
 //! `orbitkv bench write|verify`: deterministic self-test and burn-in. `write` stores N bundles
 //! whose bytes are a function of (seed, index, size) and reports each durable batch on stdout;
 //! `verify`, in another process, checks every bundle is returned byte-exact or missing — never
-//! different bytes.
+//! different bytes. `replay` (in [`crate::cmd::replay`]) replays a request trace.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -37,6 +37,8 @@ pub enum BenchCommand {
     Write(WriteArgs),
     /// Check N deterministic bundles: found byte-exact, missing, or mismatched.
     Verify(VerifyArgs),
+    /// Replay a Mooncake-format request trace against a capacity-bounded store.
+    Replay(crate::cmd::replay::ReplayArgs),
 }
 
 /// When `bench write` syncs.
@@ -163,6 +165,7 @@ pub fn run(cmd: &BenchCommand, out: &Output) -> Result<(), Failure> {
     match cmd {
         BenchCommand::Write(a) => write(a, out),
         BenchCommand::Verify(a) => verify(a, out),
+        BenchCommand::Replay(a) => crate::cmd::replay::run(a, out),
     }
 }
 
