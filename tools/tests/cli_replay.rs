@@ -33,7 +33,8 @@ fn json(o: &Output) -> serde_json::Value {
 }
 
 fn num(v: &serde_json::Value, k: &str) -> f64 {
-    v[k].as_f64().unwrap_or_else(|| panic!("{k} missing in {v}"))
+    v[k].as_f64()
+        .unwrap_or_else(|| panic!("{k} missing in {v}"))
 }
 
 #[test]
@@ -93,7 +94,14 @@ fn a_store_policy_replays_with_verified_hits_and_the_documented_json() {
     assert_eq!(fsck.status.code(), Some(0));
     // A second replay into the same directory is refused rather than mixed in.
     let again = replay(
-        &["--requests", "1", "--ssd-bytes", "2MiB", "--dram-bytes", "0"],
+        &[
+            "--requests",
+            "1",
+            "--ssd-bytes",
+            "2MiB",
+            "--dram-bytes",
+            "0",
+        ],
         &dir,
     );
     assert_eq!(again.status.code(), Some(2));
