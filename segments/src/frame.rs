@@ -539,8 +539,23 @@ pub fn encode_frame(
     compression: Compression,
     out: &mut Vec<u8>,
 ) -> Result<FrameHeader> {
+    encode_frame_after(segment, body, record_sequence, payload, compression, out, 0)
+}
+
+/// As [`encode_frame`], for a buffer whose frames start at `region_start` (bytes before it are
+/// not part of the segment: padding that puts the frames on an aligned address for direct I/O).
+/// `out.len() - region_start` must be on an alignment boundary.
+pub fn encode_frame_after(
+    segment: &SegmentHeader,
+    body: FrameBody,
+    record_sequence: u64,
+    payload: &[u8],
+    compression: Compression,
+    out: &mut Vec<u8>,
+    region_start: usize,
+) -> Result<FrameHeader> {
     let unit = segment.alignment.unit();
-    if !out.len().is_multiple_of(unit) {
+    if out.len() < region_start || !(out.len() - region_start).is_multiple_of(unit) {
         return Err(Error::Usage(
             "frames start on an alignment boundary".to_owned(),
         ));

@@ -353,6 +353,7 @@ impl StateStore {
         }
         for (id, file) in &inputs {
             w.probation.remove(id);
+            self.superseded.segment_gone(*id);
             let _ = self.io.remove_file(&file.path);
         }
         let _ = self.io.sync_dir(&self.layout.segments());
@@ -510,6 +511,7 @@ impl StateStore {
             }
         }
         for id in &inputs {
+            self.superseded.segment_gone(*id);
             let _ = self.io.remove_file(&self.layout.segment(*id));
         }
         let _ = self.io.sync_dir(&self.layout.segments());

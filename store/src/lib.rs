@@ -40,6 +40,7 @@ mod reclaimer;
 mod recover;
 mod segment;
 pub mod stats;
+mod superseded;
 
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -61,7 +62,8 @@ use crate::dram::DramTier;
 use crate::error::io_err;
 pub use crate::error::{Error, Result};
 use crate::ghost::{Ghost, fingerprint};
-use crate::io::{Io, OpenMode};
+use crate::io::direct::{DIRECT_ALIGN, aligned_buffer};
+use crate::io::{Io, IoFile, OpenMode};
 use crate::manifest::Manifest;
 pub use crate::pins::Pin;
 use crate::pins::Pins;
@@ -70,6 +72,7 @@ use crate::reclaimer::{Log, ReadMarks};
 pub use crate::recover::RecoveryReport;
 use crate::segment::{Active, SegmentFile};
 use crate::stats::{Stats, StatsSnapshot};
+use crate::superseded::Superseded;
 
 /// When put bytes become durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,6 +210,7 @@ pub struct StateStore {
     dram: DramTier,
     pins: Pins,
     read_marks: ReadMarks,
+    superseded: Superseded,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -281,6 +285,7 @@ impl StateStore {
             report,
         )?;
         let report = rec.report;
+        let rec_superseded = rec.superseded;
         let mut next_sequence = rec
             .max_record_sequence
             .max(manifest.state.last_sequence)
@@ -349,6 +354,10 @@ impl StateStore {
         let quarantined = report.quarantined.iter().map(|(id, _)| *id).collect();
         let dram = DramTier::new(config.dram_bytes);
         let read_marks = ReadMarks::new(config.ssd_bytes.is_some());
+        let superseded = Superseded::default();
+        for (key, segment) in &rec_superseded {
+            superseded.note(key, *segment);
+        }
         let store = Self {
             io,
             layout,
@@ -373,6 +382,7 @@ impl StateStore {
             dram,
             pins: Pins::default(),
             read_marks,
+            superseded,
         };
         {
             let mut w = store.writer();
@@ -773,6 +783,12 @@ impl StateStore {
                 Insert::Replaced { previous } => Some(previous),
                 Insert::Inserted | Insert::Kept { .. } => None,
             };
+            if let Some(p) = previous
+                && p.tier == Tier::Ssd
+                && p.segment != seg
+            {
+                self.superseded.note(&meta.key, u64::from(p.segment));
+            }
             if !durable {
                 active
                     .unsynced
@@ -891,8 +907,23 @@ impl StateStore {
         index: bool,
     ) -> bool {
         let id = seg.id;
-        let mut frame = vec![0u8; FRAME_HEADER_LEN + rec.stored_len as usize];
-        let read = seg.file.read_exact_at(&mut frame, rec.offset);
+        let len = FRAME_HEADER_LEN + rec.stored_len as usize;
+        // A frame on a 4 KiB boundary (every frame of a direct segment) is read whole blocks
+        // into an aligned buffer, so the read can bypass the page cache.
+        let (mut buf, pad, want) = if rec.offset.is_multiple_of(DIRECT_ALIGN as u64) {
+            let want = len.next_multiple_of(DIRECT_ALIGN);
+            let (b, pad) = aligned_buffer(want);
+            (b, pad, want)
+        } else {
+            (vec![0u8; len], 0, len)
+        };
+        let read = read_at_least(
+            seg.file.as_ref(),
+            &mut buf[pad..pad + want],
+            len,
+            rec.offset,
+        );
+        let frame = &buf[pad..pad + len];
         if let Err(e) = &read
             && e.kind() == std::io::ErrorKind::UnexpectedEof
         {
@@ -919,7 +950,7 @@ impl StateStore {
             out.clear();
             return false;
         }
-        let verified = FrameHeader::decode(&frame, rec.offset).and_then(|h| {
+        let verified = FrameHeader::decode(frame, rec.offset).and_then(|h| {
             let same_key = matches!(&h.body, FrameBody::Record(m) if m.key == *key);
             if !same_key || h.record_sequence != rec.sequence {
                 return Err(orbitkv_segments::Error::InvalidField {
@@ -991,4 +1022,26 @@ impl StateStore {
         let b = self.seal_active(&mut w, Log::Main);
         a.and(b)
     }
+}
+
+/// Reads into `buf` at `offset` until at least `min` bytes are in (the rest, up to the buffer's
+/// length, when the file has them): a frame read as whole blocks may end past the file's end.
+fn read_at_least(
+    file: &dyn IoFile,
+    buf: &mut [u8],
+    min: usize,
+    offset: u64,
+) -> std::io::Result<()> {
+    let mut got = 0;
+    while got < min {
+        let n = file.read_at(&mut buf[got..], offset + got as u64)?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "file ends early",
+            ));
+        }
+        got += n;
+    }
+    Ok(())
 }

@@ -229,7 +229,10 @@ impl StateStore {
             if !self.is_live(&meta.key, id, e.offset, e.record_sequence) {
                 continue;
             }
-            let keep = self.config.policy.reinserts() && read;
+            // A record whose key has an older record in another segment is kept, or a restart
+            // would serve that superseded record (see superseded.rs).
+            let keep = (self.config.policy.reinserts() && read)
+                || self.superseded.elsewhere(&meta.key, id);
             let payload = if keep {
                 read_entry_payload(&file, e).ok()
             } else {
@@ -291,6 +294,7 @@ impl StateStore {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
         w.probation.remove(&id);
+        self.superseded.segment_gone(id);
         let _ = self.io.remove_file(&file.path);
         Stats::add(&self.stats.reclaimed_segments, 1);
         Stats::add(&self.stats.evicted_records, dropped.len() as u64);

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use orbitkv_index::{Index, Record, Tier};
+use orbitkv_index::{Index, Insert, Record, Tier};
 use orbitkv_segments::{
     FrameBody, IndexEntry, ScanItem, ScanMode, Scanner, SegmentHeader, StopReason,
 };
@@ -58,6 +58,8 @@ pub(crate) struct Recovered {
     /// Segments the manifest lists as active, with what was found (`None`: never created).
     pub(crate) actives: Vec<(SegmentCreated, Option<RecoveredActive>)>,
     pub(crate) max_record_sequence: Option<u64>,
+    /// Superseded records found: (key, the segment holding the older record).
+    pub(crate) superseded: Vec<(StateKey, u64)>,
     pub(crate) report: RecoveryReport,
 }
 
@@ -270,6 +272,7 @@ pub(crate) fn recover(
             }
         }
     }
+    let mut superseded = Vec::new();
     for (id, entries) in &all {
         for e in entries {
             report.entries += 1;
@@ -299,8 +302,16 @@ pub(crate) fn recover(
                 sequence: e.record_sequence,
                 format: meta.format,
             };
-            if index.insert(&meta.key, rec).is_ok() {
-                report.indexed += 1;
+            let Ok(inserted) = index.insert(&meta.key, rec) else {
+                continue;
+            };
+            report.indexed += 1;
+            match inserted {
+                Insert::Inserted => {}
+                Insert::Replaced { previous } => {
+                    superseded.push((meta.key, u64::from(previous.segment)));
+                }
+                Insert::Kept { .. } => superseded.push((meta.key, *id)),
             }
         }
     }
@@ -321,6 +332,7 @@ pub(crate) fn recover(
         segments,
         actives,
         max_record_sequence: max_seq,
+        superseded,
         report,
     })
 }

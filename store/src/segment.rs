@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use orbitkv_index::Record;
 use orbitkv_segments::footer::{Footer, footer_digest};
-use orbitkv_segments::frame::encode_frame;
+use orbitkv_segments::frame::encode_frame_after;
 use orbitkv_segments::{
     Alignment, Compression, FRAME_HEADER_LEN, FrameBody, FrameHeader, IndexEntry, RecordMeta,
     SEGMENT_HEADER_LEN, SegmentHeader, TRAILER_LEN, Trailer,
@@ -15,6 +15,7 @@ use orbitkv_state::StateKey;
 
 use crate::error::{Result, io_err};
 use crate::io::IoFile;
+use crate::io::direct::aligned_vec;
 
 /// An open segment file, shared by readers.
 pub(crate) struct SegmentFile {
@@ -101,31 +102,36 @@ impl Active {
         records: &[(RecordMeta, &[u8])],
         sequence: impl Fn(usize) -> u64,
     ) -> Result<Vec<IndexEntry>> {
-        let mut buf = Vec::with_capacity(
-            records
-                .iter()
-                .map(|(_, p)| p.len() + 4096 + 256)
-                .sum::<usize>(),
-        );
+        let total = records
+            .iter()
+            .map(|(_, p)| p.len() + FRAME_HEADER_LEN + self.header.alignment.unit())
+            .sum::<usize>();
+        // Direct segments are encoded at an aligned address, so the write can bypass the page
+        // cache; the capacity is reserved up front, so the buffer never moves.
+        let (mut buf, pad) = if self.header.alignment == Alignment::Direct {
+            aligned_vec(total)
+        } else {
+            (Vec::with_capacity(total), 0)
+        };
         let mut out = Vec::with_capacity(records.len());
-        // Frames are encoded relative to an aligned buffer start; offsets are shifted after.
         for (i, (meta, payload)) in records.iter().enumerate() {
-            let at = buf.len() as u64;
-            let h = encode_frame(
+            let at = (buf.len() - pad) as u64;
+            let h = encode_frame_after(
                 &self.header,
                 FrameBody::Record(meta.clone()),
                 sequence(i),
                 payload,
                 self.compression,
                 &mut buf,
+                pad,
             )?;
             out.push(IndexEntry::from_frame(self.len + at, &h));
         }
         self.seg
             .file
-            .write_all_at(&buf, self.len)
+            .write_all_at(&buf[pad..], self.len)
             .map_err(io_err(&self.seg.path, "write"))?;
-        self.len += buf.len() as u64;
+        self.len += (buf.len() - pad) as u64;
         self.entries.extend(out.iter().cloned());
         Ok(out)
     }

@@ -79,6 +79,27 @@ struct Content {
 }
 
 impl Content {
+    /// Removes `a..b` from the lost ranges.
+    fn rewritten(&mut self, a: usize, b: usize) {
+        if self.lost.is_empty() {
+            return;
+        }
+        let mut kept = Vec::with_capacity(self.lost.len() + 1);
+        for &(x, y) in &self.lost {
+            if y <= a || x >= b {
+                kept.push((x, y));
+                continue;
+            }
+            if x < a {
+                kept.push((x, a));
+            }
+            if y > b {
+                kept.push((b, y));
+            }
+        }
+        self.lost = kept;
+    }
+
     /// `bytes` with the lost ranges zeroed.
     fn without_lost(&self, mut bytes: Vec<u8>) -> Vec<u8> {
         for &(a, b) in &self.lost {
@@ -312,6 +333,9 @@ impl IoFile for FaultFile {
             c.volatile.resize(start + len, 0);
         }
         c.volatile[start..start + len].copy_from_slice(&buf[..len]);
+        // Bytes written again after a failed fsync are dirty again: the next good sync makes
+        // them durable (what stays lost is what was not rewritten).
+        c.rewritten(start, start + len);
         Ok(len)
     }
 
@@ -556,6 +580,25 @@ mod tests {
         f.sync().unwrap(); // a later good sync does not rescue the first write
         io.crash(Crash::DropUnsynced);
         assert_eq!(io.read_file(Path::new("d/f")).unwrap(), b"\0\0\0\0bbbb");
+    }
+
+    #[test]
+    fn bytes_rewritten_after_a_failed_fsync_are_durable_at_the_next_good_one() {
+        let io = FaultIo::new();
+        io.create_dir_all(Path::new("d")).unwrap();
+        let f = io.open(Path::new("d/f"), OpenMode::CreateNew).unwrap();
+        io.sync_dir(Path::new("d")).unwrap();
+        f.write_all_at(b"aaaaaaaa", 0).unwrap();
+        io.set_plan(FaultPlan {
+            fail_sync: Some(1),
+            ..Default::default()
+        });
+        assert!(f.sync().is_err());
+        // Written again (as the manifest rewrites a record whose fsync failed), then synced.
+        f.write_all_at(b"cc", 2).unwrap();
+        f.sync().unwrap();
+        io.crash(Crash::DropUnsynced);
+        assert_eq!(io.read_file(Path::new("d/f")).unwrap(), b"\0\0cc\0\0\0\0");
     }
 
     #[test]

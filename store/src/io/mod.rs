@@ -1,8 +1,10 @@
 //! The store's I/O, behind a trait: every byte the store reads or writes, every sync, create,
 //! rename and lock goes through [`Io`], so tests can inject failures and power loss
 //! ([`fault::FaultIo`]) and production picks the backend ([`std_io::StdIo`]: positioned
-//! `pread`/`pwrite` on real files).
+//! `pread`/`pwrite` on real files; [`direct::DirectIo`]: the same with `O_DIRECT` for aligned
+//! requests, probed before use).
 
+pub mod direct;
 pub mod fault;
 pub mod std_io;
 
