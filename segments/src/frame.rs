@@ -505,6 +505,40 @@ impl FrameHeader {
         self.check_payload_crc(actual, offset)
     }
 
+    /// As [`FrameHeader::copy_payload`], into `out` (replacing its contents) without first
+    /// zero-filling it: each chunk is appended and checksummed while in cache. On a mismatch
+    /// `out` is left empty.
+    pub fn append_payload(&self, stored: &[u8], out: &mut Vec<u8>, offset: u64) -> Result<()> {
+        out.clear();
+        if self.compressed {
+            out.resize(self.uncompressed_len as usize, 0);
+            let r = self.copy_payload(stored, out, offset);
+            if r.is_err() {
+                out.clear();
+            }
+            return r;
+        }
+        if stored.len() != self.stored_len as usize {
+            return Err(Error::Usage(format!(
+                "a buffer of {} bytes for a frame of {}",
+                stored.len(),
+                self.stored_len
+            )));
+        }
+        out.reserve(stored.len());
+        let mut crc = 0u32;
+        for chunk in stored.chunks(64 << 10) {
+            let at = out.len();
+            out.extend_from_slice(chunk);
+            crc = crc32c_append(crc, &out[at..]);
+        }
+        let r = self.check_payload_crc(crc, offset);
+        if r.is_err() {
+            out.clear();
+        }
+        r
+    }
+
     /// The verified, decompressed payload (borrowed when it was stored uncompressed).
     pub fn payload<'a>(&self, stored: &'a [u8], offset: u64) -> Result<Cow<'a, [u8]>> {
         if !self.compressed {

@@ -63,6 +63,14 @@ use crate::error::io_err;
 pub use crate::error::{Error, Result};
 use crate::ghost::{Ghost, fingerprint};
 use crate::io::direct::{DIRECT_ALIGN, aligned_buffer};
+
+/// Reader-thread buffers larger than this are freed after use.
+const MAX_KEPT_READ_BUF: usize = 16 << 20;
+
+thread_local! {
+    /// Each reader thread's aligned frame buffer (grown, never shrunk) and its pad.
+    static READ_BUF: std::cell::RefCell<(Vec<u8>, usize)> = const { std::cell::RefCell::new((Vec::new(), 0)) };
+}
 use crate::io::{Io, IoFile, OpenMode};
 use crate::manifest::Manifest;
 pub use crate::pins::Pin;
@@ -908,22 +916,41 @@ impl StateStore {
     ) -> bool {
         let id = seg.id;
         let len = FRAME_HEADER_LEN + rec.stored_len as usize;
-        // A frame on a 4 KiB boundary (every frame of a direct segment) is read whole blocks
-        // into an aligned buffer, so the read can bypass the page cache.
-        let (mut buf, pad, want) = if rec.offset.is_multiple_of(DIRECT_ALIGN as u64) {
-            let want = len.next_multiple_of(DIRECT_ALIGN);
-            let (b, pad) = aligned_buffer(want);
-            (b, pad, want)
+        // A frame on a 4 KiB boundary (every frame of a direct segment) is read as whole blocks
+        // into an aligned buffer, so the read can bypass the page cache. The buffer is the
+        // thread's own, reused: no allocation or page faults per read.
+        let want = if rec.offset.is_multiple_of(DIRECT_ALIGN as u64) {
+            len.next_multiple_of(DIRECT_ALIGN)
         } else {
-            (vec![0u8; len], 0, len)
+            len
         };
-        let read = read_at_least(
-            seg.file.as_ref(),
-            &mut buf[pad..pad + want],
-            len,
-            rec.offset,
-        );
-        let frame = &buf[pad..pad + len];
+        let (read, verified) = READ_BUF.with_borrow_mut(|(buf, pad)| {
+            if buf.len() < *pad + want {
+                (*buf, *pad) = aligned_buffer(want);
+            }
+            let region = &mut buf[*pad..*pad + want];
+            if let Err(e) = read_at_least(seg.file.as_ref(), region, len, rec.offset) {
+                return (Err(e), Ok(()));
+            }
+            let frame = &region[..len];
+            let verified = FrameHeader::decode(frame, rec.offset).and_then(|h| {
+                let same_key = matches!(&h.body, FrameBody::Record(m) if m.key == *key);
+                if !same_key || h.record_sequence != rec.sequence {
+                    return Err(orbitkv_segments::Error::InvalidField {
+                        what: "frame",
+                        offset: rec.offset,
+                        field: "key/sequence",
+                        reason: "differs from the index".to_owned(),
+                    });
+                }
+                h.append_payload(&frame[FRAME_HEADER_LEN..], out, rec.offset)
+            });
+            if buf.len() > MAX_KEPT_READ_BUF {
+                // A rare huge frame: not worth keeping its buffer for the thread's life.
+                (*buf, *pad) = (Vec::new(), 0);
+            }
+            (Ok(()), verified)
+        });
         if let Err(e) = &read
             && e.kind() == std::io::ErrorKind::UnexpectedEof
         {
@@ -950,20 +977,6 @@ impl StateStore {
             out.clear();
             return false;
         }
-        let verified = FrameHeader::decode(frame, rec.offset).and_then(|h| {
-            let same_key = matches!(&h.body, FrameBody::Record(m) if m.key == *key);
-            if !same_key || h.record_sequence != rec.sequence {
-                return Err(orbitkv_segments::Error::InvalidField {
-                    what: "frame",
-                    offset: rec.offset,
-                    field: "key/sequence",
-                    reason: "differs from the index".to_owned(),
-                });
-            }
-            out.clear();
-            out.resize(h.uncompressed_len as usize, 0);
-            h.copy_payload(&frame[FRAME_HEADER_LEN..], out, rec.offset)
-        });
         if let Err(e) = verified {
             Stats::add(&self.stats.checksum_failures, 1);
             tracing::warn!(

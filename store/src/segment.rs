@@ -40,7 +40,12 @@ pub(crate) struct Active {
     /// they are lost).
     pub(crate) unsynced: Vec<(StateKey, u64, Option<Record>)>,
     compression: Compression,
+    /// The encode buffer kept between appends, with its alignment pad.
+    scratch: (Vec<u8>, usize),
 }
+
+/// Encode buffers larger than this are not kept between appends.
+const MAX_SCRATCH: usize = 16 << 20;
 
 impl Active {
     /// A new active segment over `file`, whose header block is written here (not synced).
@@ -61,6 +66,7 @@ impl Active {
             unsynced_from: 0,
             unsynced: Vec::new(),
             compression,
+            scratch: (Vec::new(), 0),
         })
     }
 
@@ -82,6 +88,7 @@ impl Active {
             unsynced_from: n,
             unsynced: Vec::new(),
             compression,
+            scratch: (Vec::new(), 0),
         }
     }
 
@@ -108,10 +115,15 @@ impl Active {
             .sum::<usize>();
         // Direct segments are encoded at an aligned address, so the write can bypass the page
         // cache; the capacity is reserved up front, so the buffer never moves.
-        let (mut buf, pad) = if self.header.alignment == Alignment::Direct {
-            aligned_vec(total)
-        } else {
-            (Vec::with_capacity(total), 0)
+        // The segment's scratch buffer is reused (kept aligned for direct segments), so a put
+        // neither allocates nor faults in fresh pages.
+        let (mut buf, pad) = match std::mem::take(&mut self.scratch) {
+            (mut kept, pad) if kept.capacity() >= pad + total => {
+                kept.truncate(pad);
+                (kept, pad)
+            }
+            _ if self.header.alignment == Alignment::Direct => aligned_vec(total),
+            _ => (Vec::with_capacity(total), 0),
         };
         let mut out = Vec::with_capacity(records.len());
         for (i, (meta, payload)) in records.iter().enumerate() {
@@ -132,6 +144,9 @@ impl Active {
             .write_all_at(&buf[pad..], self.len)
             .map_err(io_err(&self.seg.path, "write"))?;
         self.len += (buf.len() - pad) as u64;
+        if buf.capacity() <= MAX_SCRATCH {
+            self.scratch = (buf, pad);
+        }
         self.entries.extend(out.iter().cloned());
         Ok(out)
     }

@@ -1,0 +1,533 @@
+//! End-to-end store numbers, each a ratio against a baseline measured in the same run, rounds
+//! interleaved (A B A B …) and medians reported, since this disk's throughput varies ±50%:
+//!
+//! - `append`: `put` of 2 MiB and 256 KiB bundles (O_DIRECT backend, direct segments, a sync
+//!   every 64 MiB) vs the faster raw sequential write of the same bytes with the same syncs,
+//!   buffered or O_DIRECT;
+//! - `ssd-get`: verified `get` of every bundle in a seeded random order, cold, vs a raw O_DIRECT
+//!   `pread` of the same frames at the same offsets;
+//! - `dram-get`: DRAM-tier `get` into a caller buffer vs `memcpy` of the same bytes;
+//! - `open`: reopening a store of 10,000 records of 64 KiB: time and bytes read vs data size;
+//! - `peers`: a file-per-bundle store (two-level directories, the layout LMCache's and SGLang's
+//!   file backends use) inserting and reading back the same bundles, a CRC check on every read.
+//!
+//! Run: `cargo bench -p orbitkv-benches --bench store` (environment: `ORBITKV_BENCH_MIB` bytes
+//! per phase, default 1024; `ORBITKV_BENCH_ROUNDS`, default 3; `ORBITKV_BENCH_ONLY`, a comma
+//! list of phases; `ORBITKV_BENCH_DIR`, default a temporary directory under `target/`). Not a
+//! CI gate: docs/performance.md records results and commands.
+
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark harness: a failed setup step ends the run"
+)]
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use orbitkv_segments::{Alignment, FRAME_HEADER_LEN, RecordMeta};
+use orbitkv_state::{
+    CacheGroupId, Component, FormatDigest, HashDomain, Namespace, ParallelShape, RankSpec,
+    StateKey, TokenRange,
+};
+use orbitkv_store::io::Io;
+use orbitkv_store::io::direct::{DIRECT_ALIGN, DirectIo, aligned_buffer};
+use orbitkv_store::{Durability, StateStore, StoreConfig};
+use orbitkv_wal::NamespaceInfo;
+
+const NS: Namespace = Namespace([0x77; 32]);
+const SYNC_EVERY: u64 = 64 << 20;
+const SOURCES: usize = 8;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn gbps(bytes: u64, secs: f64) -> f64 {
+    bytes as f64 / secs / 1e9
+}
+
+fn info() -> NamespaceInfo {
+    NamespaceInfo {
+        identity: [1; 32],
+        layout_digest: [2; 32],
+        model: "bench/store".into(),
+        revision: "0123456789abcdef0123456789abcdef01234567".into(),
+        engine: "bench".into(),
+        engine_release: "0".into(),
+        dtype: "bfloat16".into(),
+        parallel: ParallelShape::SINGLE,
+    }
+}
+
+fn key(i: u64) -> StateKey {
+    let mut native = [0u8; 32];
+    native[..8].copy_from_slice(&i.to_le_bytes());
+    native[8..16].copy_from_slice(&i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_le_bytes());
+    StateKey::new(
+        NS,
+        HashDomain::VllmSha256Cbor,
+        &native,
+        CacheGroupId(0),
+        Component::DenseKv,
+        RankSpec::Rank(0),
+    )
+    .unwrap()
+}
+
+fn meta(i: u64) -> RecordMeta {
+    RecordMeta {
+        key: key(i),
+        parent: None,
+        range: TokenRange::new(i * 16, i * 16 + 16).unwrap(),
+        format: FormatDigest([3; 32]),
+    }
+}
+
+/// Aligned payload buffers of `size` pseudo-random bytes (bundle i uses buffer i mod count).
+struct Sources {
+    bufs: Vec<(Vec<u8>, usize)>,
+    size: usize,
+}
+
+impl Sources {
+    fn new(size: usize) -> Self {
+        Self::with_count(size, SOURCES)
+    }
+    fn with_count(size: usize, count: usize) -> Self {
+        let bufs = (0..count)
+            .map(|s| {
+                let (mut b, pad) = aligned_buffer(size);
+                let mut x = (s as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d);
+                for c in b[pad..].chunks_mut(8) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let n = c.len();
+                    c.copy_from_slice(&x.to_le_bytes()[..n]);
+                }
+                (b, pad)
+            })
+            .collect();
+        Self { bufs, size }
+    }
+    fn get(&self, i: u64) -> &[u8] {
+        let (b, pad) = &self.bufs[i as usize % self.bufs.len()];
+        &b[*pad..*pad + self.size]
+    }
+}
+
+fn order(n: u64, seed: u64) -> Vec<u64> {
+    let mut v: Vec<u64> = (0..n).collect();
+    let mut x = seed | 1;
+    for i in (1..v.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    v
+}
+
+fn drop_cache(path: &Path) {
+    if let Ok(f) = File::open(path) {
+        let _ = f.sync_all();
+        let _ = fadvise_dontneed(&f);
+    }
+}
+
+#[expect(unsafe_code, reason = "posix_fadvise has no safe wrapper in std")]
+fn fadvise_dontneed(f: &File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: posix_fadvise only reads its integer arguments; the descriptor is open for the
+    // duration of the call.
+    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::from_raw_os_error(r))
+    }
+}
+
+fn drop_dir_cache(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            drop_dir_cache(&p);
+        } else {
+            drop_cache(&p);
+        }
+    }
+}
+
+fn store_config(dir: &Path, dram: u64) -> StoreConfig {
+    let mut c = StoreConfig::new(dir);
+    c.alignment = Alignment::Direct;
+    c.durability = Durability::Manual;
+    c.dram_bytes = dram;
+    c
+}
+
+fn open_store(dir: &Path, dram: u64) -> StateStore {
+    let io: Arc<dyn Io> = Arc::new(DirectIo::probe(dir).expect("O_DIRECT on the bench directory"));
+    let s = StateStore::open(io, store_config(dir, dram)).unwrap();
+    let _ = s.register_namespace(NS, info());
+    s
+}
+
+/// Puts `n` bundles; returns seconds.
+fn store_append(dir: &Path, src: &Sources, n: u64) -> f64 {
+    let store = open_store(dir, 0);
+    let t = Instant::now();
+    let mut since = 0u64;
+    for i in 0..n {
+        store.put(&[(meta(i), src.get(i))]).unwrap();
+        since += src.size as u64;
+        if since >= SYNC_EVERY {
+            store.sync().unwrap();
+            since = 0;
+        }
+    }
+    store.sync().unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    store.close().unwrap();
+    secs
+}
+
+/// Writes `n` bundles sequentially to one file (O_DIRECT or buffered), fdatasync every 64 MiB.
+fn raw_append(path: &Path, src: &Sources, n: u64, direct: bool) -> f64 {
+    let mut o = OpenOptions::new();
+    o.write(true).create(true).truncate(true);
+    if direct {
+        o.custom_flags(libc::O_DIRECT);
+    }
+    let f = o.open(path).unwrap();
+    let t = Instant::now();
+    let mut at = 0u64;
+    let mut since = 0u64;
+    for i in 0..n {
+        f.write_all_at(src.get(i), at).unwrap();
+        at += src.size as u64;
+        since += src.size as u64;
+        if since >= SYNC_EVERY {
+            f.sync_data().unwrap();
+            since = 0;
+        }
+    }
+    f.sync_data().unwrap();
+    t.elapsed().as_secs_f64()
+}
+
+fn phase_append(root: &Path, total: u64, rounds: u64) {
+    for size in [2usize << 20, 256 << 10] {
+        let src = Sources::new(size);
+        let n = total / size as u64;
+        let (mut s, mut rb, mut rd) = (Vec::new(), Vec::new(), Vec::new());
+        for r in 0..rounds {
+            let raw = root.join("raw.bin");
+            rb.push(raw_append(&raw, &src, n, false));
+            let _ = std::fs::remove_file(&raw);
+            rd.push(raw_append(&raw, &src, n, true));
+            let _ = std::fs::remove_file(&raw);
+            let d = root.join(format!("append-{r}"));
+            s.push(store_append(&d, &src, n));
+            let _ = std::fs::remove_dir_all(&d);
+        }
+        let bytes = n * size as u64;
+        let (s, rb, rd) = (median(s), median(rb), median(rd));
+        let best = rb.min(rd);
+        println!(
+            "append {} KiB x {n}: store {:.2} GB/s, raw buffered {:.2} GB/s, raw O_DIRECT {:.2} GB/s; store / faster raw = {:.3} (target >= 0.9)",
+            size >> 10,
+            gbps(bytes, s),
+            gbps(bytes, rb),
+            gbps(bytes, rd),
+            best / s
+        );
+    }
+}
+
+fn phase_ssd_get(root: &Path, total: u64, rounds: u64) {
+    let size = 2usize << 20;
+    let src = Sources::new(size);
+    let n = total / size as u64;
+    let dir = root.join("get");
+    store_append(&dir, &src, n);
+    let store = open_store(&dir, 0);
+    let locs: Vec<(PathBuf, u64, usize)> = (0..n)
+        .map(|i| {
+            let r = store.index().get(&key(i)).unwrap();
+            (
+                dir.join(format!("segments/{:08x}.seg", r.segment)),
+                r.offset,
+                (FRAME_HEADER_LEN + r.stored_len as usize).next_multiple_of(DIRECT_ALIGN),
+            )
+        })
+        .collect();
+    let files: std::collections::HashMap<PathBuf, File> = locs
+        .iter()
+        .map(|(p, _, _)| p.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .map(|p| {
+            let f = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(&p)
+                .unwrap();
+            (p, f)
+        })
+        .collect();
+    let (mut s, mut raw) = (Vec::new(), Vec::new());
+    let mut out = Vec::with_capacity(size);
+    let (mut buf, pad) = aligned_buffer(size + 2 * DIRECT_ALIGN);
+    for r in 0..rounds {
+        let ord = order(n, 7 + r);
+        drop_dir_cache(&dir);
+        let t = Instant::now();
+        for &i in &ord {
+            let (p, off, len) = &locs[i as usize];
+            files[p]
+                .read_exact_at(&mut buf[pad..pad + len], *off)
+                .unwrap();
+        }
+        raw.push(t.elapsed().as_secs_f64());
+        drop_dir_cache(&dir);
+        let t = Instant::now();
+        for &i in &ord {
+            store.get(&key(i), &mut out).unwrap().expect("stored");
+        }
+        s.push(t.elapsed().as_secs_f64());
+        assert_eq!(out.as_slice(), src.get(*ord.last().unwrap()));
+    }
+    let st = store.stats();
+    assert_eq!(st.checksum_failures, 0);
+    let bytes = n * size as u64;
+    let (s, raw) = (median(s), median(raw));
+    println!(
+        "ssd-get 2 MiB x {n} (random order, cold, verified): store {:.2} GB/s, raw O_DIRECT pread {:.2} GB/s; store / raw = {:.3} (target >= 0.85)",
+        gbps(bytes, s),
+        gbps(bytes, raw),
+        raw / s
+    );
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn phase_dram_get(root: &Path, rounds: u64) {
+    let size = 1usize << 20;
+    let n = 256u64;
+    // As many distinct sources as stored copies: both sides stream the same working set.
+    let src = Sources::with_count(size, n as usize);
+    let dir = root.join("dram");
+    let store = open_store(&dir, 2 * n * size as u64);
+    for i in 0..n {
+        store.put(&[(meta(i), src.get(i))]).unwrap();
+    }
+    store.sync().unwrap();
+    let mut out = Vec::with_capacity(size);
+    let mut dst = vec![0u8; size];
+    let (mut s, mut m) = (Vec::new(), Vec::new());
+    let passes = 8;
+    for r in 0..rounds {
+        let ord = order(n, 11 + r);
+        let t = Instant::now();
+        for _ in 0..passes {
+            for &i in &ord {
+                dst.copy_from_slice(std::hint::black_box(src.get(i)));
+                std::hint::black_box(&dst);
+            }
+        }
+        m.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        for _ in 0..passes {
+            for &i in &ord {
+                store.get(&key(i), &mut out).unwrap().expect("stored");
+                std::hint::black_box(&out);
+            }
+        }
+        s.push(t.elapsed().as_secs_f64());
+    }
+    let st = store.stats();
+    assert!(st.dram_hits >= passes * n * rounds, "{st:?}");
+    let bytes = passes * n * size as u64;
+    let (s, m) = (median(s), median(m));
+    println!(
+        "dram-get 1 MiB x {n} x {passes}: store {:.2} GB/s, memcpy {:.2} GB/s; store / memcpy = {:.3} (target >= 0.8)",
+        gbps(bytes, s),
+        gbps(bytes, m),
+        m / s
+    );
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn phase_open(root: &Path) {
+    let size = 64usize << 10;
+    let n = 10_000u64;
+    let src = Sources::new(size);
+    let dir = root.join("open");
+    store_append(&dir, &src, n);
+    drop_dir_cache(&dir);
+    let t = Instant::now();
+    let store = open_store(&dir, 0);
+    let secs = t.elapsed().as_secs_f64();
+    let r = store.recovery_report();
+    println!(
+        "open {n} x 64 KiB ({} MiB of payload): {:.1} ms, {} bytes read = {:.4}% of payload (target <= 1%), {} records indexed",
+        r.payload_bytes >> 20,
+        secs * 1e3,
+        r.bytes_read,
+        100.0 * r.bytes_read as f64 / r.payload_bytes.max(1) as f64,
+        r.indexed
+    );
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One file per bundle in `root/xx/yy/<key>`; an fdatasync of every file written in each 64 MiB
+/// window (the store's group commit); returns seconds.
+fn files_insert(root: &Path, src: &Sources, n: u64) -> f64 {
+    let t = Instant::now();
+    let mut pending: Vec<File> = Vec::new();
+    let mut since = 0u64;
+    for i in 0..n {
+        let p = file_of(root, i);
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let f = File::create(&p).unwrap();
+        f.write_all_at(src.get(i), 0).unwrap();
+        pending.push(f);
+        since += src.size as u64;
+        if since >= SYNC_EVERY {
+            for f in pending.drain(..) {
+                f.sync_data().unwrap();
+            }
+            since = 0;
+        }
+    }
+    for f in pending.drain(..) {
+        f.sync_data().unwrap();
+    }
+    t.elapsed().as_secs_f64()
+}
+
+fn file_of(root: &Path, i: u64) -> PathBuf {
+    let h = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    root.join(format!("{:02x}", h >> 56))
+        .join(format!("{:02x}", (h >> 48) & 0xff))
+        .join(format!("{h:016x}.bin"))
+}
+
+fn files_read(root: &Path, src: &Sources, ord: &[u64], crcs: &[u32]) -> f64 {
+    let mut buf = Vec::with_capacity(src.size);
+    let t = Instant::now();
+    for &i in ord {
+        buf.clear();
+        let mut f = File::open(file_of(root, i)).unwrap();
+        std::io::Read::read_to_end(&mut f, &mut buf).unwrap();
+        assert_eq!(crc32c::crc32c(&buf), crcs[i as usize], "bundle {i}");
+    }
+    t.elapsed().as_secs_f64()
+}
+
+fn phase_peers(root: &Path, total: u64, rounds: u64) {
+    for size in [2usize << 20, 256 << 10] {
+        let src = Sources::new(size);
+        let n = total / size as u64;
+        let crcs: Vec<u32> = (0..n).map(|i| crc32c::crc32c(src.get(i))).collect();
+        let (mut si, mut sr, mut fi, mut fr) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut out = Vec::with_capacity(size);
+        for r in 0..rounds {
+            let ord = order(n, 21 + r);
+            let fdir = root.join(format!("files-{r}"));
+            fi.push(files_insert(&fdir, &src, n));
+            drop_dir_cache(&fdir);
+            fr.push(files_read(&fdir, &src, &ord, &crcs));
+            let _ = std::fs::remove_dir_all(&fdir);
+
+            let sdir = root.join(format!("peer-store-{r}"));
+            si.push(store_append(&sdir, &src, n));
+            let store = open_store(&sdir, 0);
+            drop_dir_cache(&sdir);
+            let t = Instant::now();
+            let mut missing = 0u64;
+            for &i in &ord {
+                if store.get(&key(i), &mut out).unwrap().is_none() {
+                    missing += 1;
+                }
+            }
+            sr.push(t.elapsed().as_secs_f64());
+            assert_eq!(missing, 0, "the store dropped accepted bundles");
+            drop(store);
+            let _ = std::fs::remove_dir_all(&sdir);
+        }
+        let bytes = n * size as u64;
+        let (si, sr, fi, fr) = (median(si), median(sr), median(fi), median(fr));
+        println!(
+            "peers {} KiB x {n}: insert store {:.2} GB/s, file-per-bundle {:.2} GB/s (store / peer {:.3}); cold read store {:.2} GB/s, file-per-bundle {:.2} GB/s (store / peer {:.3}); dropped: store 0, file-per-bundle 0",
+            size >> 10,
+            gbps(bytes, si),
+            gbps(bytes, fi),
+            fi / si,
+            gbps(bytes, sr),
+            gbps(bytes, fr),
+            fr / sr
+        );
+    }
+}
+
+fn main() {
+    let total = env_u64("ORBITKV_BENCH_MIB", 1024) << 20;
+    let rounds = env_u64("ORBITKV_BENCH_ROUNDS", 3).max(1);
+    let only = std::env::var("ORBITKV_BENCH_ONLY").unwrap_or_default();
+    let run = |p: &str| only.is_empty() || only.split(',').any(|o| o == p);
+    let base = std::env::var("ORBITKV_BENCH_DIR").map_or_else(
+        |_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        PathBuf::from,
+    );
+    std::fs::create_dir_all(&base).unwrap();
+    let tmp = tempfile::tempdir_in(&base).unwrap();
+    let root = tmp.path();
+    if DirectIo::probe(root).is_err() {
+        println!(
+            "O_DIRECT is not supported on {}: set ORBITKV_BENCH_DIR",
+            root.display()
+        );
+        return;
+    }
+    println!(
+        "store bench: {} MiB per phase, {rounds} interleaved rounds, medians",
+        total >> 20
+    );
+    if run("append") {
+        phase_append(root, total, rounds);
+    }
+    if run("ssd-get") {
+        phase_ssd_get(root, total, rounds);
+    }
+    if run("dram-get") {
+        phase_dram_get(root, rounds);
+    }
+    if run("open") {
+        phase_open(root);
+    }
+    if run("peers") {
+        phase_peers(root, total, rounds);
+    }
+}
