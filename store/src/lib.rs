@@ -78,7 +78,7 @@ use crate::pins::Pins;
 pub use crate::reclaimer::Policy;
 use crate::reclaimer::{Log, ReadMarks};
 pub use crate::recover::RecoveryReport;
-use crate::segment::{Active, SegmentFile};
+use crate::segment::{Active, Encoded, SegmentFile};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::superseded::Superseded;
 
@@ -510,6 +510,9 @@ impl StateStore {
             .io
             .open(&path, OpenMode::CreateNew)
             .map_err(io_err(&path, "create segment"))?;
+        // Blocks for the whole segment up front (released past the end when it is sealed); a
+        // disk too full for that still takes appends until it is truly full.
+        let preallocated = file.preallocate(self.config.segment_bytes).is_ok();
         let seg = Arc::new(SegmentFile {
             id,
             path: path.clone(),
@@ -524,6 +527,7 @@ impl StateStore {
             compression: created.compression,
         };
         let mut active = Active::create(header, seg.clone(), self.config.compression)?;
+        active.preallocated = preallocated;
         active.sync()?;
         self.io
             .sync_dir(&self.layout.segments())
@@ -681,19 +685,47 @@ impl StateStore {
     /// they are durable, and only then indexed, when this returns. With an SSD budget, segments
     /// are reclaimed first until the bundle fits.
     pub fn put(&self, records: &[(RecordMeta, &[u8])]) -> Result<PutReceipt> {
-        let mut w = self.writer();
-        let first = w.next_sequence;
         if records.is_empty() {
+            let w = self.writer();
             return Ok(PutReceipt {
-                first_sequence: first,
+                first_sequence: w.next_sequence,
                 records: 0,
                 durable: true,
             });
         }
-        self.check_writable(&mut w)?;
         // Refuse the whole bundle before writing any of it.
         let mut total = 0u64;
-        for (meta, payload) in records {
+        for (_, payload) in records {
+            if payload.len() > orbitkv_segments::MAX_PAYLOAD_LEN {
+                return Err(Error::BadBundle(format!(
+                    "a payload of {} bytes exceeds {}",
+                    payload.len(),
+                    orbitkv_segments::MAX_PAYLOAD_LEN
+                )));
+            }
+            total += payload.len() as u64;
+        }
+        if total > MAX_BUNDLE_BYTES {
+            return Err(Error::BadBundle(format!(
+                "a bundle of {total} bytes exceeds {MAX_BUNDLE_BYTES}"
+            )));
+        }
+        // The payload copy and CRC happen here, before the writer's lock, so concurrent putters
+        // overlap them with each other's writes.
+        let mut enc = Encoded::new(records, self.config.alignment, self.config.compression)?;
+        let receipt = self.put_encoded(records, &mut enc);
+        enc.recycle();
+        receipt
+    }
+
+    fn put_encoded(
+        &self,
+        records: &[(RecordMeta, &[u8])],
+        enc: &mut Encoded,
+    ) -> Result<PutReceipt> {
+        let mut w = self.writer();
+        self.check_writable(&mut w)?;
+        for (meta, _) in records {
             if !w
                 .manifest
                 .state
@@ -703,14 +735,6 @@ impl StateStore {
             {
                 return Err(Error::UnknownNamespace(meta.key.namespace));
             }
-            if payload.len() > orbitkv_segments::MAX_PAYLOAD_LEN {
-                return Err(Error::BadBundle(format!(
-                    "a payload of {} bytes exceeds {}",
-                    payload.len(),
-                    orbitkv_segments::MAX_PAYLOAD_LEN
-                )));
-            }
-            total += payload.len() as u64;
             let probe = Record {
                 tier: Tier::Ssd,
                 segment: 0,
@@ -723,11 +747,6 @@ impl StateStore {
             self.index
                 .prepare(&meta.key, &probe)
                 .map_err(|e| Error::BadBundle(e.to_string()))?;
-        }
-        if total > MAX_BUNDLE_BYTES {
-            return Err(Error::BadBundle(format!(
-                "a bundle of {total} bytes exceeds {MAX_BUNDLE_BYTES}"
-            )));
         }
         let log = self.placement(&mut w, records);
         // An active segment a reader found unreadable is sealed off.
@@ -759,7 +778,13 @@ impl StateStore {
             });
         };
         let before = active.len;
-        let entries = match active.append(records, first) {
+        let appended = match active.append_encoded(enc, first) {
+            Ok(Some(e)) => Ok(e),
+            // Encoded for other settings than this segment's: encode again here.
+            Ok(None) => active.append(records, first),
+            Err(e) => Err(e),
+        };
+        let entries = match appended {
             Ok(e) => e,
             Err(e) => return Err(self.refuse_on(&mut w, e, log)),
         };

@@ -42,6 +42,8 @@ pub(crate) struct Active {
     compression: Compression,
     /// The encode buffer kept between appends, with its alignment pad.
     scratch: (Vec<u8>, usize),
+    /// Blocks were reserved past the end ([`IoFile::preallocate`]); sealing releases them.
+    pub(crate) preallocated: bool,
 }
 
 /// Encode buffers larger than this are not kept between appends.
@@ -67,6 +69,7 @@ impl Active {
             unsynced: Vec::new(),
             compression,
             scratch: (Vec::new(), 0),
+            preallocated: false,
         })
     }
 
@@ -89,6 +92,8 @@ impl Active {
             unsynced: Vec::new(),
             compression,
             scratch: (Vec::new(), 0),
+            // It may have been preallocated before the restart.
+            preallocated: true,
         }
     }
 
@@ -151,6 +156,36 @@ impl Active {
         Ok(out)
     }
 
+    /// Appends a bundle [`Encoded`] outside the writer's lock: stamps each frame header with
+    /// this segment's sequence and the record sequences from `first_sequence` (payload bytes
+    /// and CRCs are already in place), then writes it at once. A bundle encoded for another
+    /// alignment or compression setting is refused (the caller encodes again under the lock).
+    pub(crate) fn append_encoded(
+        &mut self,
+        enc: &mut Encoded,
+        first_sequence: u64,
+    ) -> Result<Option<Vec<IndexEntry>>> {
+        if enc.alignment != self.header.alignment || enc.compression != self.header.compression {
+            return Ok(None);
+        }
+        let mut out = Vec::with_capacity(enc.frames.len());
+        for (i, (at, h)) in enc.frames.iter_mut().enumerate() {
+            h.segment_sequence = self.header.sequence;
+            h.record_sequence = first_sequence + i as u64;
+            let start = enc.pad + *at;
+            enc.buf[start..start + FRAME_HEADER_LEN].copy_from_slice(&h.encode());
+            out.push(IndexEntry::from_frame(self.len + *at as u64, h));
+        }
+        let region = &enc.buf[enc.pad..];
+        self.seg
+            .file
+            .write_all_at(region, self.len)
+            .map_err(io_err(&self.seg.path, "write"))?;
+        self.len += region.len() as u64;
+        self.entries.extend(out.iter().cloned());
+        Ok(Some(out))
+    }
+
     /// Makes everything written durable.
     pub(crate) fn sync(&mut self) -> Result<()> {
         self.seg
@@ -191,6 +226,13 @@ impl Active {
             .file
             .write_all_at(&tail, data_end)
             .map_err(io_err(&self.seg.path, "write footer"))?;
+        if self.preallocated {
+            // Frees the blocks reserved past the trailer.
+            self.seg
+                .file
+                .set_len(data_end + tail.len() as u64)
+                .map_err(io_err(&self.seg.path, "release preallocated blocks"))?;
+        }
         self.sync()?;
         Ok((trailer.footer_digest, data_end))
     }
@@ -252,4 +294,81 @@ pub(crate) fn read_entry_payload(
     h.payload(&frame[FRAME_HEADER_LEN..], e.offset)
         .map(|p| p.into_owned())
         .map_err(|e| e.to_string())
+}
+
+/// A bundle's frames, encoded by the putting thread before it takes the writer's lock (the
+/// payload copy and CRC, the expensive part, run in parallel across putters); only the
+/// segment and record sequences in each header are left to stamp.
+pub(crate) struct Encoded {
+    buf: Vec<u8>,
+    pad: usize,
+    /// Each frame's offset from the start of the bundle, and its header.
+    frames: Vec<(usize, FrameHeader)>,
+    alignment: Alignment,
+    compression: bool,
+}
+
+thread_local! {
+    /// Each putting thread's encode buffer, reused (kept aligned) so a put neither allocates
+    /// nor faults in fresh pages.
+    static ENCODE_BUF: std::cell::RefCell<(Vec<u8>, usize)> =
+        const { std::cell::RefCell::new((Vec::new(), 0)) };
+}
+
+impl Encoded {
+    /// Encodes `records` for segments of `alignment` and `compression`.
+    pub(crate) fn new(
+        records: &[(RecordMeta, &[u8])],
+        alignment: Alignment,
+        compression: Compression,
+    ) -> Result<Self> {
+        let template = SegmentHeader {
+            segment_id: 0,
+            sequence: 0,
+            created_unix_ms: 0,
+            directory_id: [0; 16],
+            alignment,
+            compression: compression != Compression::None,
+        };
+        let total = records
+            .iter()
+            .map(|(_, p)| p.len() + FRAME_HEADER_LEN + alignment.unit())
+            .sum::<usize>();
+        let (mut buf, pad) = match ENCODE_BUF.with_borrow_mut(std::mem::take) {
+            (mut kept, pad) if kept.capacity() >= pad + total => {
+                kept.truncate(pad);
+                (kept, pad)
+            }
+            _ if alignment == Alignment::Direct => aligned_vec(total),
+            _ => (Vec::with_capacity(total), 0),
+        };
+        let mut frames = Vec::with_capacity(records.len());
+        for (meta, payload) in records {
+            let at = buf.len() - pad;
+            let h = encode_frame_after(
+                &template,
+                FrameBody::Record(meta.clone()),
+                0,
+                payload,
+                compression,
+                &mut buf,
+                pad,
+            )?;
+            frames.push((at, h));
+        }
+        Ok(Self {
+            buf,
+            pad,
+            frames,
+            alignment,
+            compression: template.compression,
+        })
+    }
+
+    /// Gives the buffer back to the thread for its next put.
+    pub(crate) fn recycle(self) {
+        if self.buf.capacity() <= MAX_SCRATCH {
+            ENCODE_BUF.with_borrow_mut(|b| *b = (self.buf, self.pad));
+        }
+    }
 }

@@ -189,7 +189,29 @@ fn direct_io_round_trip_with_aligned_frames_on_a_real_directory() {
             "frames of a direct segment are 4 KiB-aligned"
         );
     }
+    // The active segment holds blocks for a whole segment; sealed ones only what they use.
+    let seg_dir = dir.path().join("d/segments");
+    let allocated = |p: &std::path::Path| {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(p).unwrap();
+        (m.len(), m.blocks() * 512)
+    };
+    let active = store.segments().into_iter().find(|(_, sealed)| !sealed);
+    if let Some((id, _)) = active {
+        let (len, blocks) = allocated(&seg_dir.join(format!("{id:08x}.seg")));
+        assert!(
+            blocks >= 1 << 20 && len < 1 << 20,
+            "preallocated: {len} bytes, {blocks} allocated"
+        );
+    }
     store.close().unwrap();
+    for e in std::fs::read_dir(&seg_dir).unwrap() {
+        let (len, blocks) = allocated(&e.unwrap().path());
+        assert!(
+            blocks <= len.next_multiple_of(4096) + (64 << 10),
+            "{len} bytes, {blocks} allocated"
+        );
+    }
     let report = orbitkv_store::fsck::check(&StdIo, &dir.path().join("d"), &|_, _| {}).unwrap();
     assert!(report.is_clean(), "{:?}", report.problems());
 }

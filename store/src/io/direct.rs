@@ -89,6 +89,24 @@ impl IoFile for DirectFile {
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.buffered.set_len(len)
     }
+    fn preallocate(&self, len: u64) -> io::Result<()> {
+        fallocate_keep_size(&self.buffered, len)
+    }
+}
+
+/// `fallocate(FALLOC_FL_KEEP_SIZE)` over `0..len`.
+#[expect(unsafe_code, reason = "fallocate has no safe wrapper in std")]
+pub(crate) fn fallocate_keep_size(f: &File, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len = libc::off_t::try_from(len).map_err(|_| io::Error::other("length too large"))?;
+    // SAFETY: fallocate only reads its integer arguments; the descriptor is open (borrowed from
+    // `f`) for the duration of the call.
+    let r = unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, len) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 impl DirectIo {

@@ -25,6 +25,13 @@ pub trait IoFile: Send + Sync {
     fn size(&self) -> io::Result<u64>;
     /// Truncates or extends.
     fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Reserves disk blocks for the first `len` bytes without changing the file's size
+    /// (`fallocate(FALLOC_FL_KEEP_SIZE)`): a full disk shows at segment creation rather than
+    /// mid-append, and appends allocate nothing. Blocks reserved past the end are released by
+    /// [`IoFile::set_len`]. Backends without it return `Unsupported`.
+    fn preallocate(&self, _len: u64) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
 
     /// Reads exactly `buf.len()` bytes at `offset`, or fails with `UnexpectedEof`.
     fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {

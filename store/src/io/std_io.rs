@@ -32,6 +32,9 @@ impl IoFile for StdFile {
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
     }
+    fn preallocate(&self, len: u64) -> io::Result<()> {
+        super::direct::fallocate_keep_size(&self.0, len)
+    }
 }
 
 impl Io for StdIo {
