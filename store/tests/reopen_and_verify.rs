@@ -191,7 +191,7 @@ fn direct_io_round_trip_with_aligned_frames_on_a_real_directory() {
     }
     // The active segment holds blocks for a whole segment; sealed ones only what they use.
     let seg_dir = dir.path().join("d/segments");
-    let allocated = |p: &std::path::Path| {
+    let allocated = |p: &Path| {
         use std::os::unix::fs::MetadataExt;
         let m = std::fs::metadata(p).unwrap();
         (m.len(), m.blocks() * 512)
