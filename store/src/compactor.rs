@@ -185,11 +185,7 @@ impl StateStore {
             .io
             .open(&path, OpenMode::CreateNew)
             .map_err(io_err(&path, "create segment"))?;
-        let seg = Arc::new(SegmentFile {
-            id: seq,
-            path,
-            file,
-        });
+        let seg = Arc::new(SegmentFile::new(seq, path, file));
         let header = SegmentHeader {
             segment_id: seq,
             sequence: seq,

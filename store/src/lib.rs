@@ -513,11 +513,7 @@ impl StateStore {
         // Blocks for the whole segment up front (released past the end when it is sealed); a
         // disk too full for that still takes appends until it is truly full.
         let preallocated = file.preallocate(self.config.segment_bytes).is_ok();
-        let seg = Arc::new(SegmentFile {
-            id,
-            path: path.clone(),
-            file,
-        });
+        let seg = Arc::new(SegmentFile::new(id, path.clone(), file));
         let header = SegmentHeader {
             segment_id: id,
             sequence: seq,
@@ -596,9 +592,11 @@ impl StateStore {
     /// are lost (the records they replaced in the index come back); the segment is sealed off,
     /// truncated to its durable end as far as the device allows.
     fn lose_unsynced(&self, w: &mut Writer, log: Log) {
-        let Some(active) = w.active[log as usize].take() else {
+        let Some(mut active) = w.active[log as usize].take() else {
             return;
         };
+        // Frames in the write-behind tail were never written: lost with the rest.
+        active.drop_pending();
         for (key, seq, previous) in active.unsynced.iter().rev() {
             if self.index.remove(key, Some(*seq)).is_some() {
                 self.dram.remove(key, *seq);
@@ -778,7 +776,8 @@ impl StateStore {
             });
         };
         let before = active.len;
-        let appended = match active.append_encoded(enc, first) {
+        let coalesce = self.config.durability == Durability::Manual;
+        let appended = match active.append_encoded(enc, first, coalesce) {
             Ok(Some(e)) => Ok(e),
             // Encoded for other settings than this segment's: encode again here.
             Ok(None) => active.append(records, first),
@@ -949,16 +948,8 @@ impl StateStore {
         } else {
             len
         };
-        let (read, verified) = READ_BUF.with_borrow_mut(|(buf, pad)| {
-            if buf.len() < *pad + want {
-                (*buf, *pad) = aligned_buffer(want);
-            }
-            let region = &mut buf[*pad..*pad + want];
-            if let Err(e) = read_at_least(seg.file.as_ref(), region, len, rec.offset) {
-                return (Err(e), Ok(()));
-            }
-            let frame = &region[..len];
-            let verified = FrameHeader::decode(frame, rec.offset).and_then(|h| {
+        let verify = |frame: &[u8], out: &mut Vec<u8>| {
+            FrameHeader::decode(frame, rec.offset).and_then(|h| {
                 let same_key = matches!(&h.body, FrameBody::Record(m) if m.key == *key);
                 if !same_key || h.record_sequence != rec.sequence {
                     return Err(orbitkv_segments::Error::InvalidField {
@@ -969,13 +960,28 @@ impl StateStore {
                     });
                 }
                 h.append_payload(&frame[FRAME_HEADER_LEN..], out, rec.offset)
-            });
-            if buf.len() > MAX_KEPT_READ_BUF {
-                // A rare huge frame: not worth keeping its buffer for the thread's life.
-                (*buf, *pad) = (Vec::new(), 0);
-            }
-            (Ok(()), verified)
-        });
+            })
+        };
+        // Still in the active segment's write-behind tail, or (most often) in the file.
+        let in_tail = seg.with_pending(rec.offset, len, |frame| verify(frame, out));
+        let (read, verified) = match in_tail {
+            Some(verified) => (Ok(()), verified),
+            None => READ_BUF.with_borrow_mut(|(buf, pad)| {
+                if buf.len() < *pad + want {
+                    (*buf, *pad) = aligned_buffer(want);
+                }
+                let region = &mut buf[*pad..*pad + want];
+                if let Err(e) = read_at_least(seg.file.as_ref(), region, len, rec.offset) {
+                    return (Err(e), Ok(()));
+                }
+                let verified = verify(&region[..len], out);
+                if buf.len() > MAX_KEPT_READ_BUF {
+                    // A rare huge frame: not worth keeping its buffer for the thread's life.
+                    (*buf, *pad) = (Vec::new(), 0);
+                }
+                (Ok(()), verified)
+            }),
+        };
         if let Err(e) = &read
             && e.kind() == std::io::ErrorKind::UnexpectedEof
         {
@@ -1059,6 +1065,23 @@ impl StateStore {
         let a = self.seal_active(&mut w, Log::Probation);
         let b = self.seal_active(&mut w, Log::Main);
         a.and(b)
+    }
+}
+
+impl Drop for StateStore {
+    /// Writes what waits in the write-behind tails (not synced: that is `sync`'s or `close`'s
+    /// job), so dropping a store without closing it loses no accepted put unless the machine
+    /// goes down too.
+    fn drop(&mut self) {
+        let mut w = self.writer();
+        for a in w.active.iter_mut().flatten() {
+            if let Err(e) = a.flush_pending() {
+                tracing::error!(
+                    segment = a.seg.id,
+                    "writing the write-behind tail at drop: {e}"
+                );
+            }
+        }
     }
 }
 

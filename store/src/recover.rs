@@ -210,11 +210,7 @@ pub(crate) fn recover(
             OpenMode::ReadWrite
         };
         let file = match io.open(&path, mode) {
-            Ok(f) => Arc::new(SegmentFile {
-                id,
-                path: path.clone(),
-                file: f,
-            }),
+            Ok(f) => Arc::new(SegmentFile::new(id, path.clone(), f)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if let SegmentState::Active(c) = st {
                     // Listed, never created (a crash between the manifest and the file).

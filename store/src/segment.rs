@@ -2,7 +2,7 @@
 //! readers read records from.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use orbitkv_index::Record;
 use orbitkv_segments::footer::{Footer, footer_digest};
@@ -22,7 +22,57 @@ pub(crate) struct SegmentFile {
     pub(crate) id: u64,
     pub(crate) path: PathBuf,
     pub(crate) file: Arc<dyn IoFile>,
+    /// The active segment's write-behind tail: frames appended (and indexed) but not yet
+    /// written to the file. Readers look here first for offsets at or past its start.
+    pub(crate) pending: RwLock<Pending>,
 }
+
+impl SegmentFile {
+    pub(crate) fn new(id: u64, path: PathBuf, file: Arc<dyn IoFile>) -> Self {
+        Self {
+            id,
+            path,
+            file,
+            pending: RwLock::default(),
+        }
+    }
+
+    /// Calls `f` with the bytes of `len` at `offset` if they are still in the write-behind tail.
+    pub(crate) fn with_pending<R>(
+        &self,
+        offset: u64,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Option<R> {
+        let p = self.pending.read().unwrap_or_else(|e| e.into_inner());
+        let at = offset.checked_sub(p.start)?;
+        let at = p.pad + usize::try_from(at).ok()?;
+        p.bytes.get(at..at.checked_add(len)?).map(f)
+    }
+}
+
+/// Frames waiting to be written together (see [`Active::append_encoded`]).
+#[derive(Default)]
+pub(crate) struct Pending {
+    /// File offset of the first pending byte.
+    start: u64,
+    /// `pad` bytes of alignment, then the pending frames.
+    bytes: Vec<u8>,
+    pad: usize,
+}
+
+impl Pending {
+    fn len(&self) -> usize {
+        self.bytes.len().saturating_sub(self.pad)
+    }
+}
+
+/// Bundles smaller than this are gathered in the write-behind tail (with manual durability)
+/// and written together once it holds [`WRITE_BEHIND`] bytes, or at a sync: one 2 MiB direct
+/// write is about a third faster on this disk than eight of 256 KiB.
+pub(crate) const COALESCE_BELOW: usize = 1 << 20;
+/// The write-behind tail is written once it holds this much.
+pub(crate) const WRITE_BEHIND: usize = 2 << 20;
 
 /// The segment being written.
 pub(crate) struct Active {
@@ -114,6 +164,8 @@ impl Active {
         records: &[(RecordMeta, &[u8])],
         sequence: impl Fn(usize) -> u64,
     ) -> Result<Vec<IndexEntry>> {
+        // Frames are contiguous: the write-behind tail goes first.
+        self.flush_pending()?;
         let total = records
             .iter()
             .map(|(_, p)| p.len() + FRAME_HEADER_LEN + self.header.alignment.unit())
@@ -158,12 +210,14 @@ impl Active {
 
     /// Appends a bundle [`Encoded`] outside the writer's lock: stamps each frame header with
     /// this segment's sequence and the record sequences from `first_sequence` (payload bytes
-    /// and CRCs are already in place), then writes it at once. A bundle encoded for another
+    /// and CRCs are already in place), then writes it at once — or, when `coalesce` (manual
+    /// durability) and it is small, adds it to the write-behind tail. A bundle encoded for another
     /// alignment or compression setting is refused (the caller encodes again under the lock).
     pub(crate) fn append_encoded(
         &mut self,
         enc: &mut Encoded,
         first_sequence: u64,
+        coalesce: bool,
     ) -> Result<Option<Vec<IndexEntry>>> {
         if enc.alignment != self.header.alignment || enc.compression != self.header.compression {
             return Ok(None);
@@ -177,6 +231,38 @@ impl Active {
             out.push(IndexEntry::from_frame(self.len + *at as u64, h));
         }
         let region = &enc.buf[enc.pad..];
+        if coalesce && region.len() < COALESCE_BELOW {
+            // Gathered in the write-behind tail, where readers find it until it is written.
+            {
+                let mut p = self.seg.pending.write().unwrap_or_else(|e| e.into_inner());
+                if p.len() == 0 {
+                    if p.bytes.capacity() < p.pad + WRITE_BEHIND + COALESCE_BELOW {
+                        let (b, pad) = if self.header.alignment == Alignment::Direct {
+                            aligned_vec(WRITE_BEHIND + COALESCE_BELOW)
+                        } else {
+                            (Vec::with_capacity(WRITE_BEHIND + COALESCE_BELOW), 0)
+                        };
+                        (p.bytes, p.pad) = (b, pad);
+                    }
+                    p.start = self.len;
+                }
+                p.bytes.extend_from_slice(region);
+            }
+            self.len += region.len() as u64;
+            self.entries.extend(out.iter().cloned());
+            let full = self
+                .seg
+                .pending
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .len()
+                >= WRITE_BEHIND;
+            if full {
+                self.flush_pending()?;
+            }
+            return Ok(Some(out));
+        }
+        self.flush_pending()?;
         self.seg
             .file
             .write_all_at(region, self.len)
@@ -186,8 +272,34 @@ impl Active {
         Ok(Some(out))
     }
 
-    /// Makes everything written durable.
+    /// Writes the write-behind tail to the file, then empties it. Readers keep finding the
+    /// frames in it while the write is in flight (it is only read-locked meanwhile) and in the
+    /// file once it is emptied.
+    pub(crate) fn flush_pending(&mut self) -> Result<()> {
+        {
+            let p = self.seg.pending.read().unwrap_or_else(|e| e.into_inner());
+            if p.len() == 0 {
+                return Ok(());
+            }
+            self.seg
+                .file
+                .write_all_at(&p.bytes[p.pad..], p.start)
+                .map_err(io_err(&self.seg.path, "write"))?;
+        }
+        self.drop_pending();
+        Ok(())
+    }
+
+    /// Forgets the write-behind tail (after it was written, or when its records are lost).
+    pub(crate) fn drop_pending(&mut self) {
+        let mut p = self.seg.pending.write().unwrap_or_else(|e| e.into_inner());
+        let pad = p.pad;
+        p.bytes.truncate(pad);
+    }
+
+    /// Makes everything appended durable.
     pub(crate) fn sync(&mut self) -> Result<()> {
+        self.flush_pending()?;
         self.seg
             .file
             .sync()
@@ -210,6 +322,7 @@ impl Active {
 
     /// Writes the footer and trailer and syncs; returns the footer digest and data end.
     pub(crate) fn seal(&mut self) -> Result<([u8; 32], u64)> {
+        self.flush_pending()?;
         let data_end = self.len;
         let footer = Footer::new(self.header.sequence, data_end, self.entries.clone()).encode();
         let trailer = Trailer {
