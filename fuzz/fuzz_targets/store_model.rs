@@ -6,7 +6,10 @@
 //! - **budget** (a 1 MiB SSD tier with a DRAM tier): evictions may turn a get into a miss, never
 //!   into other bytes; pinned records stay readable;
 //! - **faults** (EIO, short writes, failed syncs, ENOSPC): a get returns the oracle's value, a
-//!   version whose put failed, or nothing.
+//!   version whose put failed, or nothing;
+//! - **manual** (manual durability: puts wait in the write-behind tail until a sync): strict until
+//!   a power loss, which may take back what was put since the last sync (the key then reads as
+//!   its last synced value or as one of the versions put since).
 //!
 //! In every mode: nothing put before a successful retirement is served again, across reopens and
 //! crashes; an accepted put (sync per put) survives a crash unless its record was evicted.
@@ -34,6 +37,7 @@ enum Mode {
     Strict,
     Budget,
     Faults,
+    Manual,
 }
 
 fn info() -> NamespaceInfo {
@@ -79,7 +83,11 @@ fn payload(version: u64, len: usize) -> Vec<u8> {
 fn config(mode: Mode) -> StoreConfig {
     let mut c = StoreConfig::new("data");
     c.segment_bytes = 24 << 10;
-    c.durability = Durability::EveryPut;
+    c.durability = if mode == Mode::Manual {
+        Durability::Manual
+    } else {
+        Durability::EveryPut
+    };
     c.checkpoint_every = 16;
     if mode == Mode::Budget {
         c.ssd_bytes = Some(1 << 20);
@@ -108,8 +116,14 @@ fn open(io: &FaultIo, mode: Mode) -> Option<StateStore> {
 struct Slot {
     /// The last accepted value.
     value: Option<Vec<u8>>,
-    /// Values whose put failed (faults mode): they may or may not have reached the disk.
+    /// Values whose put failed (faults mode), or put since the last sync and then cut off by a
+    /// power loss (manual mode): they may or may not have reached the disk.
     maybe: Vec<Vec<u8>>,
+    /// Manual mode: the value as of the last sync (what a power loss falls back to).
+    synced: Option<Vec<u8>>,
+    /// Manual mode: every value accepted since the last sync (a power loss may leave any one
+    /// of them, a prefix of the log surviving).
+    since_sync: Vec<Vec<u8>>,
 }
 
 struct Pinned {
@@ -117,7 +131,13 @@ struct Pinned {
     bytes: Vec<u8>,
 }
 
-fn check_get(store: &StateStore, oracle: &HashMap<(usize, u8), Slot>, mode: Mode, ns: usize, k: u8) {
+fn check_get(
+    store: &StateStore,
+    oracle: &HashMap<(usize, u8), Slot>,
+    mode: Mode,
+    ns: usize,
+    k: u8,
+) {
     let Some(key) = key(ns, k) else { return };
     let mut out = Vec::new();
     let got = match store.get(&key, &mut out) {
@@ -131,7 +151,7 @@ fn check_get(store: &StateStore, oracle: &HashMap<(usize, u8), Slot>, mode: Mode
             assert!(known, "key ({ns},{k}) returned bytes never accepted for it");
         }
         None => {
-            if mode == Mode::Strict {
+            if matches!(mode, Mode::Strict | Mode::Manual) {
                 assert!(slot.value.is_none(), "key ({ns},{k}) accepted but missing");
             }
         }
@@ -142,10 +162,11 @@ fuzz_target!(|data: &[u8]| {
     let Some((&m, prog)) = data.split_first() else {
         return;
     };
-    let mode = match m % 3 {
+    let mode = match m % 4 {
         0 => Mode::Strict,
         1 => Mode::Budget,
-        _ => Mode::Faults,
+        2 => Mode::Faults,
+        _ => Mode::Manual,
     };
     let io = FaultIo::new();
     let Some(mut store) = open(&io, mode) else {
@@ -155,7 +176,11 @@ fuzz_target!(|data: &[u8]| {
     let mut pins: Vec<Pinned> = Vec::new();
     let mut version = 0u64;
     for step in prog.chunks(3).take(200) {
-        let [op, a, b] = [step[0], *step.get(1).unwrap_or(&0), *step.get(2).unwrap_or(&0)];
+        let [op, a, b] = [
+            step[0],
+            *step.get(1).unwrap_or(&0),
+            *step.get(2).unwrap_or(&0),
+        ];
         let ns = usize::from(a >> 7);
         let k = a % KEYS;
         match op % 10 {
@@ -180,11 +205,20 @@ fuzz_target!(|data: &[u8]| {
                 let slot = oracle.entry((ns, k)).or_default();
                 match store.put(&[(meta, bytes.as_slice())]) {
                     Ok(r) => {
-                        assert!(r.durable, "EveryPut must report durable");
+                        assert!(
+                            r.durable == (mode != Mode::Manual),
+                            "durability misreported"
+                        );
+                        if mode == Mode::Manual {
+                            slot.since_sync.push(bytes.clone());
+                        }
                         slot.value = Some(bytes);
                     }
                     Err(e) => {
-                        assert!(mode != Mode::Strict, "strict put refused: {e}");
+                        assert!(
+                            !matches!(mode, Mode::Strict | Mode::Manual),
+                            "put refused: {e}"
+                        );
                         slot.maybe.push(bytes);
                     }
                 }
@@ -235,40 +269,94 @@ fuzz_target!(|data: &[u8]| {
                     }
                 }
                 Err(e) => {
-                    assert!(mode != Mode::Strict, "strict retire failed: {e}");
+                    assert!(
+                        !matches!(mode, Mode::Strict | Mode::Manual),
+                        "retire failed: {e}"
+                    );
                     // Unknown whether it took: anything of the namespace may be gone.
                     for ((n, _), slot) in oracle.iter_mut() {
-                        if *n == ns && let Some(v) = slot.value.take() {
+                        if *n == ns
+                            && let Some(v) = slot.value.take()
+                        {
                             slot.maybe.push(v);
                         }
                     }
                 }
             },
-            // compact
+            // compact, or (manual mode) sync
             8 => {
+                if mode == Mode::Manual && b % 2 == 0 {
+                    assert!(store.sync().is_ok(), "sync failed");
+                    for slot in oracle.values_mut() {
+                        slot.synced.clone_from(&slot.value);
+                        slot.since_sync.clear();
+                    }
+                    continue;
+                }
                 let r = store.compact_below(f64::from(b) / 255.0);
-                assert!(mode != Mode::Strict || r.is_ok(), "strict compaction failed");
+                assert!(
+                    !matches!(mode, Mode::Strict | Mode::Manual) || r.is_ok(),
+                    "compaction failed"
+                );
             }
             // reopen (clean close or crash), or set a fault plan
             _ => {
                 if mode == Mode::Faults && b % 2 == 1 {
                     let n = u64::from(b >> 2) + 1;
                     io.set_plan(match b % 12 {
-                        1 => FaultPlan { fail_write: Some(n), ..FaultPlan::default() },
-                        3 => FaultPlan { short_write: Some(n), ..FaultPlan::default() },
-                        5 => FaultPlan { fail_sync: Some(n), ..FaultPlan::default() },
-                        7 => FaultPlan { space_bytes: Some(n * 4096), ..FaultPlan::default() },
-                        9 => FaultPlan { fail_sync_dir: Some(n), ..FaultPlan::default() },
-                        _ => FaultPlan { fail_writes_from: Some(n), ..FaultPlan::default() },
+                        1 => FaultPlan {
+                            fail_write: Some(n),
+                            ..FaultPlan::default()
+                        },
+                        3 => FaultPlan {
+                            short_write: Some(n),
+                            ..FaultPlan::default()
+                        },
+                        5 => FaultPlan {
+                            fail_sync: Some(n),
+                            ..FaultPlan::default()
+                        },
+                        7 => FaultPlan {
+                            space_bytes: Some(n * 4096),
+                            ..FaultPlan::default()
+                        },
+                        9 => FaultPlan {
+                            fail_sync_dir: Some(n),
+                            ..FaultPlan::default()
+                        },
+                        _ => FaultPlan {
+                            fail_writes_from: Some(n),
+                            ..FaultPlan::default()
+                        },
                     });
                     continue;
                 }
                 pins.clear();
-                if b % 4 == 0 {
-                    let closed = store.close();
-                    assert!(mode == Mode::Faults || closed.is_ok(), "close failed");
+                let closed = b % 4 == 0;
+                if closed {
+                    let r = store.close();
+                    assert!(mode == Mode::Faults || r.is_ok(), "close failed");
                 } else {
                     drop(store);
+                }
+                if mode == Mode::Manual {
+                    if closed {
+                        // A close seals, so syncs, everything.
+                        for slot in oracle.values_mut() {
+                            slot.synced.clone_from(&slot.value);
+                            slot.since_sync.clear();
+                        }
+                    } else {
+                        // A power loss after a drop: what was put since the last sync may be
+                        // gone, leaving the last synced value.
+                        for slot in oracle.values_mut() {
+                            if !slot.since_sync.is_empty() {
+                                let since = std::mem::take(&mut slot.since_sync);
+                                slot.maybe.extend(since);
+                                slot.value.clone_from(&slot.synced);
+                            }
+                        }
+                    }
                 }
                 io.crash(match b % 4 {
                     0 | 1 => Crash::DropUnsynced,

@@ -460,7 +460,9 @@ impl FrameHeader {
         self.check_payload_crc(crc32c(stored), offset)
     }
 
-    fn check_payload_crc(&self, actual: u32, offset: u64) -> Result<()> {
+    /// Checks a CRC32C computed over the stored payload (by a caller that checksums as the
+    /// bytes arrive) against the header's.
+    pub fn check_payload_crc(&self, actual: u32, offset: u64) -> Result<()> {
         if actual != self.payload_crc {
             return Err(Error::ChecksumMismatch {
                 what: "frame",

@@ -71,7 +71,7 @@ thread_local! {
     /// Each reader thread's aligned frame buffer (grown, never shrunk) and its pad.
     static READ_BUF: std::cell::RefCell<(Vec<u8>, usize)> = const { std::cell::RefCell::new((Vec::new(), 0)) };
 }
-use crate::io::{Io, IoFile, OpenMode};
+use crate::io::{Io, OpenMode};
 use crate::manifest::Manifest;
 pub use crate::pins::Pin;
 use crate::pins::Pins;
@@ -971,10 +971,22 @@ impl StateStore {
                     (*buf, *pad) = aligned_buffer(want);
                 }
                 let region = &mut buf[*pad..*pad + want];
-                if let Err(e) = read_at_least(seg.file.as_ref(), region, len, rec.offset) {
+                // Checked and copied chunk by chunk as the chunks arrive (overlapping the
+                // device's transfer of the next ones where the backend reads asynchronously).
+                let mut stream = Streamed::new(key, rec, len, out);
+                if let Err(e) =
+                    seg.file
+                        .read_chunked(region, rec.offset, len, READ_CHUNK, &mut |bytes| {
+                            stream.take(bytes)
+                        })
+                {
                     return (Err(e), Ok(()));
                 }
-                let verified = verify(&region[..len], out);
+                let verified = match stream.finish() {
+                    Some(v) => v,
+                    // Compressed: checked and decompressed whole, now that it is all in.
+                    None => verify(&region[..len], out),
+                };
                 if buf.len() > MAX_KEPT_READ_BUF {
                     // A rare huge frame: not worth keeping its buffer for the thread's life.
                     (*buf, *pad) = (Vec::new(), 0);
@@ -1068,6 +1080,102 @@ impl StateStore {
     }
 }
 
+/// Chunk size of verified reads: a chunk is checked and copied while later ones are in flight.
+const READ_CHUNK: usize = 256 << 10;
+
+/// A frame verified as its bytes arrive: the header from the first chunk (key and sequence
+/// checked against the index), then the payload appended to `out` and checksummed chunk by
+/// chunk while still in cache. Compressed frames are left to the whole-frame path.
+struct Streamed<'a> {
+    key: &'a StateKey,
+    rec: &'a Record,
+    len: usize,
+    out: &'a mut Vec<u8>,
+    seen: usize,
+    header: Option<std::result::Result<FrameHeader, orbitkv_segments::Error>>,
+    head: Vec<u8>,
+    crc: u32,
+}
+
+impl<'a> Streamed<'a> {
+    fn new(key: &'a StateKey, rec: &'a Record, len: usize, out: &'a mut Vec<u8>) -> Self {
+        out.clear();
+        Self {
+            key,
+            rec,
+            len,
+            out,
+            seen: 0,
+            header: None,
+            head: Vec::new(),
+            crc: 0,
+        }
+    }
+
+    fn take(&mut self, bytes: &[u8]) {
+        let mut bytes = &bytes[..bytes.len().min(self.len.saturating_sub(self.seen))];
+        if self.header.is_none() {
+            let need = FRAME_HEADER_LEN - self.head.len();
+            let n = need.min(bytes.len());
+            self.head.extend_from_slice(&bytes[..n]);
+            self.seen += n;
+            bytes = &bytes[n..];
+            if self.head.len() < FRAME_HEADER_LEN {
+                return;
+            }
+            let h = FrameHeader::decode(&self.head, self.rec.offset).and_then(|h| {
+                let same_key = matches!(&h.body, FrameBody::Record(m) if m.key == *self.key);
+                if !same_key || h.record_sequence != self.rec.sequence {
+                    return Err(orbitkv_segments::Error::InvalidField {
+                        what: "frame",
+                        offset: self.rec.offset,
+                        field: "key/sequence",
+                        reason: "differs from the index".to_owned(),
+                    });
+                }
+                Ok(h)
+            });
+            if let Ok(h) = &h
+                && !h.compressed
+            {
+                self.out.reserve(h.stored_len as usize);
+            }
+            self.header = Some(h);
+        }
+        if let Some(Ok(h)) = &self.header
+            && !h.compressed
+            && !bytes.is_empty()
+        {
+            let at = self.out.len();
+            self.out.extend_from_slice(bytes);
+            self.crc = orbitkv_segments::crc::crc32c_append(self.crc, &self.out[at..]);
+        }
+        self.seen += bytes.len();
+    }
+
+    /// The verdict, or `None` for a compressed frame (verified whole by the caller).
+    fn finish(self) -> Option<orbitkv_segments::Result<()>> {
+        let r = match self.header {
+            None => Err(orbitkv_segments::Error::Usage(
+                "frame shorter than its header".into(),
+            )),
+            Some(Err(e)) => Err(e),
+            Some(Ok(h)) if h.compressed => return None,
+            Some(Ok(h)) => {
+                if self.out.len() != h.stored_len as usize {
+                    Err(orbitkv_segments::Error::Usage("frame ends early".into()))
+                } else {
+                    h.check_payload_crc(self.crc, self.rec.offset)
+                }
+            }
+        };
+        if r.is_err() {
+            self.out.clear();
+        }
+        Some(r)
+    }
+}
+
 impl Drop for StateStore {
     /// Writes what waits in the write-behind tails (not synced: that is `sync`'s or `close`'s
     /// job), so dropping a store without closing it loses no accepted put unless the machine
@@ -1083,26 +1191,4 @@ impl Drop for StateStore {
             }
         }
     }
-}
-
-/// Reads into `buf` at `offset` until at least `min` bytes are in (the rest, up to the buffer's
-/// length, when the file has them): a frame read as whole blocks may end past the file's end.
-fn read_at_least(
-    file: &dyn IoFile,
-    buf: &mut [u8],
-    min: usize,
-    offset: u64,
-) -> std::io::Result<()> {
-    let mut got = 0;
-    while got < min {
-        let n = file.read_at(&mut buf[got..], offset + got as u64)?;
-        if n == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "file ends early",
-            ));
-        }
-        got += n;
-    }
-    Ok(())
 }

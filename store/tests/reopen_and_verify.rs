@@ -163,9 +163,16 @@ fn direct_io_round_trip_with_aligned_frames_on_a_real_directory() {
     };
     let io: Arc<dyn Io> = Arc::new(direct);
     let mut cfg = StoreConfig::new(dir.path().join("d"));
-    cfg.segment_bytes = 1 << 20;
+    cfg.segment_bytes = 4 << 20;
     cfg.alignment = Alignment::Direct;
-    let sizes = |i: u64| 1 + (i as usize * 7919) % 70_000;
+    // Small frames, and every seventh over a MiB (read in chunks, several in flight).
+    let sizes = |i: u64| {
+        if i % 7 == 3 {
+            (1 << 20) + (i as usize * 7919) % 900_000
+        } else {
+            1 + (i as usize * 7919) % 70_000
+        }
+    };
     {
         let store = StateStore::open(io.clone(), cfg.clone()).unwrap();
         store.register_namespace(NS, info()).unwrap();

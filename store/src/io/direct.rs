@@ -16,6 +16,8 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
+use io_uring::{IoUring, opcode, types};
+
 use super::std_io::StdIo;
 use super::{Io, IoFile, OpenMode};
 
@@ -72,6 +74,37 @@ impl IoFile for DirectFile {
         }
         self.buffered.read_at(buf, offset)
     }
+    fn read_chunked(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        min: usize,
+        chunk: usize,
+        each: &mut dyn FnMut(&[u8]),
+    ) -> io::Result<usize> {
+        let chunk = chunk.next_multiple_of(DIRECT_ALIGN);
+        if aligned(buf.as_ptr(), buf.len(), offset) && buf.len() > chunk {
+            let done = RING.with_borrow_mut(|ring| {
+                let ring = ring.get_or_insert_with(|| {
+                    IoUring::new(RING_DEPTH)
+                        .inspect_err(|e| {
+                            tracing::info!("io_uring unavailable, reading synchronously: {e}");
+                        })
+                        .ok()
+                });
+                ring.as_mut()
+                    .map(|r| uring_read_chunked(r, &self.direct, buf, offset, min, chunk, each))
+            });
+            if let Some(r) = done {
+                return r;
+            }
+        }
+        let got = super::read_at_least(self, buf, min, offset)?;
+        for c in buf[..got].chunks(chunk) {
+            each(c);
+        }
+        Ok(got)
+    }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
         if aligned(buf.as_ptr(), buf.len(), offset) {
             self.direct.write_at(buf, offset)
@@ -107,6 +140,152 @@ pub(crate) fn fallocate_keep_size(f: &File, len: u64) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// Reads in flight at once per reader thread.
+const RING_DEPTH: u32 = 16;
+
+thread_local! {
+    /// Each reader thread's ring, made on first use (`None`: the kernel refused one).
+    static RING: std::cell::RefCell<Option<Option<IoUring>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Reads `buf` (aligned) at `offset` as `chunk`-sized direct reads, up to [`RING_DEPTH`] in
+/// flight, and hands each chunk to `each` in order as soon as it and every chunk before it are
+/// in. Returns the bytes read (at least `min`); a short chunk ends the read there.
+/// Reads the ring owes completions for; dropping it (also while unwinding) waits for all of
+/// them, so no buffer is given back while the kernel may still write into it.
+struct Inflight<'r> {
+    ring: &'r mut IoUring,
+    outstanding: usize,
+    results: Vec<Option<i32>>,
+}
+
+impl Inflight<'_> {
+    /// Waits for at least one completion and records every one that is in.
+    fn reap(&mut self) {
+        loop {
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => break,
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                    ) => {}
+                Err(e) => {
+                    // The kernel may still be writing into buffers this thread is about to give
+                    // back, and there is no way to wait for it: stop rather than corrupt memory.
+                    // (A ring set up as here does not fail like this.)
+                    tracing::error!("io_uring_enter failed with reads in flight: {e}; aborting");
+                    std::process::abort();
+                }
+            }
+        }
+        for cqe in self.ring.completion() {
+            if let Some(r) = self.results.get_mut(cqe.user_data() as usize) {
+                *r = Some(cqe.result());
+            }
+            self.outstanding = self.outstanding.saturating_sub(1);
+        }
+    }
+}
+
+impl Drop for Inflight<'_> {
+    fn drop(&mut self) {
+        while self.outstanding > 0 {
+            self.reap();
+        }
+    }
+}
+
+/// Reads `buf` (aligned) at `offset` as `chunk`-sized direct reads, up to [`RING_DEPTH`] in
+/// flight, and hands each chunk to `each` in order as soon as it and every chunk before it are
+/// in. Returns the bytes read (at least `min`); a short chunk ends the read there.
+#[expect(
+    unsafe_code,
+    reason = "io_uring submissions name buffers the kernel fills later"
+)]
+fn uring_read_chunked(
+    ring: &mut IoUring,
+    file: &File,
+    buf: &mut [u8],
+    offset: u64,
+    min: usize,
+    chunk: usize,
+    each: &mut dyn FnMut(&[u8]),
+) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // Disjoint chunks: the kernel fills some while `each` reads others.
+    let mut chunks: Vec<&mut [u8]> = buf.chunks_mut(chunk).collect();
+    let n = chunks.len();
+    let mut flight = Inflight {
+        ring,
+        outstanding: 0,
+        results: vec![None; n],
+    };
+    let (mut submitted, mut next) = (0usize, 0usize);
+    let (mut got, mut ended, mut failure) = (0usize, false, None::<io::Error>);
+    let fd = types::Fd(file.as_raw_fd());
+    loop {
+        // Keep the ring full while there is more to read and nothing has gone wrong.
+        while submitted < n
+            && flight.outstanding < RING_DEPTH as usize
+            && failure.is_none()
+            && !ended
+        {
+            let c = &mut chunks[submitted];
+            let Ok(len) = u32::try_from(c.len()) else {
+                failure = Some(io::Error::other("chunk too large"));
+                break;
+            };
+            let entry = opcode::Read::new(fd, c.as_mut_ptr(), len)
+                .offset(offset + (submitted * chunk) as u64)
+                .build()
+                .user_data(submitted as u64);
+            // SAFETY: the entry points into `chunks[submitted]`, a part of `buf` that nothing
+            // else reads or writes until its completion is reaped; `flight` is dropped (and
+            // waits for every submitted read) before `chunks` and `buf` go out of scope, on
+            // every path out of this function, unwinding included.
+            if unsafe { flight.ring.submission().push(&entry) }.is_err() {
+                break;
+            }
+            submitted += 1;
+            flight.outstanding += 1;
+        }
+        if flight.outstanding == 0 {
+            break;
+        }
+        flight.reap();
+        // Hand over, in order, every chunk that is in.
+        while next < n && failure.is_none() && !ended {
+            let Some(res) = flight.results[next] else {
+                break;
+            };
+            if res < 0 {
+                failure = Some(io::Error::from_raw_os_error(-res));
+                break;
+            }
+            let k = (res as usize).min(chunks[next].len());
+            each(&chunks[next][..k]);
+            got += k;
+            if k < chunks[next].len() {
+                ended = true; // the end of the file
+            }
+            next += 1;
+        }
+    }
+    drop(flight);
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    if got < min {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "file ends early",
+        ));
+    }
+    Ok(got)
 }
 
 impl DirectIo {
@@ -190,6 +369,48 @@ mod tests {
             assert!((b[pad..].as_ptr() as usize).is_multiple_of(DIRECT_ALIGN));
             assert!(b.iter().all(|x| *x == 0));
         }
+    }
+
+    #[test]
+    fn chunked_reads_arrive_in_order_and_stop_at_the_end_of_the_file() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let Ok(io) = DirectIo::probe(dir.path()) else {
+            eprintln!("O_DIRECT unsupported here");
+            return Ok(());
+        };
+        let f = io.open(&dir.path().join("f"), OpenMode::CreateNew)?;
+        let len = 40 * DIRECT_ALIGN * 10 + 3 * DIRECT_ALIGN;
+        let (mut b, pad) = aligned_buffer(len);
+        for (i, x) in b[pad..].iter_mut().enumerate() {
+            *x = (i % 251) as u8;
+        }
+        f.write_all_at(&b[pad..], 0)?;
+        f.sync()?;
+        // More chunks than the ring holds at once; the whole file.
+        let (mut r, rp) = aligned_buffer(len);
+        let mut seen = Vec::new();
+        let mut calls = 0;
+        let got = f.read_chunked(&mut r[rp..], 0, len, 8 * DIRECT_ALIGN, &mut |c| {
+            seen.extend_from_slice(c);
+            calls += 1;
+        })?;
+        assert_eq!(got, len);
+        assert!(seen == b[pad..], "chunks out of order or wrong");
+        assert!(calls >= 50);
+        // A buffer reaching past the end: what the file has, and no more.
+        let (mut r, rp) = aligned_buffer(len + 16 * DIRECT_ALIGN);
+        let mut seen = Vec::new();
+        let got = f.read_chunked(&mut r[rp..], 0, len, 8 * DIRECT_ALIGN, &mut |c| {
+            seen.extend_from_slice(c);
+        })?;
+        assert_eq!(got, len);
+        assert!(seen == b[pad..]);
+        // Demanding more than the file has is an early end.
+        let err = f
+            .read_chunked(&mut r[rp..], 0, len + 1, 8 * DIRECT_ALIGN, &mut |_| {})
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+        Ok(())
     }
 
     #[test]

@@ -33,6 +33,26 @@ pub trait IoFile: Send + Sync {
         Err(io::ErrorKind::Unsupported.into())
     }
 
+    /// Reads `buf` at `offset` (at least `min` bytes; the rest as far as the file goes) and
+    /// hands the bytes to `each` in order, `chunk` bytes at a time. Backends with asynchronous
+    /// I/O call `each` on a chunk as soon as it is in, while the next ones are still being read,
+    /// so the caller's copy and checksum overlap the device's transfer; this default reads
+    /// everything first. Returns the bytes read.
+    fn read_chunked(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        min: usize,
+        chunk: usize,
+        each: &mut dyn FnMut(&[u8]),
+    ) -> io::Result<usize> {
+        let got = read_at_least(self, buf, min, offset)?;
+        for c in buf[..got].chunks(chunk.max(1)) {
+            each(c);
+        }
+        Ok(got)
+    }
+
     /// Reads exactly `buf.len()` bytes at `offset`, or fails with `UnexpectedEof`.
     fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
         while !buf.is_empty() {
@@ -61,6 +81,32 @@ pub trait IoFile: Send + Sync {
         }
         Ok(())
     }
+}
+
+/// Reads into `buf` at `offset` until at least `min` bytes are in (the rest, up to the buffer's
+/// length, when the file has them); returns how many. A frame read as whole blocks may end past
+/// the file's end.
+pub fn read_at_least<F: IoFile + ?Sized>(
+    file: &F,
+    buf: &mut [u8],
+    min: usize,
+    offset: u64,
+) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        let n = file.read_at(&mut buf[got..], offset + got as u64)?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    if got < min {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "file ends early",
+        ));
+    }
+    Ok(got)
 }
 
 /// How to open a file.
