@@ -13,6 +13,7 @@ use orbitkv_wal::{ManifestRecord, SegmentCreated, SegmentSealed, SegmentState};
 
 use crate::error::{Error, Result, io_err};
 use crate::io::OpenMode;
+use crate::reclaimer::Log;
 use crate::segment::{Active, SegmentFile, read_entry_payload, read_sealed};
 use crate::{StateStore, Writer, now_ms};
 
@@ -312,6 +313,10 @@ impl StateStore {
             return Ok(report);
         }
         report.inputs = inputs.iter().map(|(id, _)| *id).collect();
+        // The records that made the dropped ones dead must be durable before those go: else a
+        // power loss could take both a synced record and its unsynced successor.
+        self.sync_log(&mut w, Log::Probation)?;
+        self.sync_log(&mut w, Log::Main)?;
         let mseq = w.next_sequence;
         w.manifest.append(
             mseq,

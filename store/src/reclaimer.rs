@@ -262,10 +262,11 @@ impl StateStore {
                 kept.push((meta.key, e.record_sequence, new_seq, seg, ne.offset));
             }
         }
-        if !kept.is_empty() {
-            // The copies are durable before the original's deletion is.
-            self.sync_log(w, Log::Main)?;
-        }
+        // The copies are durable before the original's deletion is, and so are the records
+        // that superseded the ones dropped (a power loss must not take a synced record and its
+        // unsynced successor both).
+        self.sync_log(w, Log::Probation)?;
+        self.sync_log(w, Log::Main)?;
         for (key, seq, new_seq, seg, offset) in &kept {
             let seg = u32::try_from(*seg).unwrap_or_default();
             if self
