@@ -135,11 +135,16 @@ impl StateStore {
         let Some(budget) = self.config.ssd_bytes else {
             return Ok(());
         };
-        // Every round drops a segment; copies forward clear their read bits, so this ends.
+        // Every round drops a segment; copies forward take their read marks, so records read
+        // once are not copied twice. Records kept for another reason (an older record of the
+        // key in a pinned segment) can make rounds free nothing: after more fruitless rounds
+        // than there are segments, the put is refused instead.
         let mut rounds = 0usize;
+        let mut fruitless = 0usize;
         while w.ssd_used + need > budget {
             rounds += 1;
-            let victim = (rounds < 1 << 20)
+            let segments = self.segments.read().unwrap_or_else(|p| p.into_inner()).len();
+            let victim = (rounds < 1 << 20 && fruitless <= segments + 1)
                 .then(|| self.pick_victim(w, budget))
                 .flatten();
             let Some(victim) = victim else {
@@ -150,8 +155,14 @@ impl StateStore {
                     budget,
                 });
             };
+            let before = w.ssd_used;
             self.reclaim(w, victim)?;
             self.recount_used(w);
+            if w.ssd_used >= before {
+                fruitless += 1;
+            } else {
+                fruitless = 0;
+            }
         }
         Ok(())
     }
