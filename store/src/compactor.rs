@@ -230,6 +230,7 @@ impl StateStore {
     /// with only their live records, commits, and deletes them.
     pub fn compact(&self, ids: &[u64]) -> Result<CompactReport> {
         let mut w = self.writer();
+        Self::manifest_writable(&w)?;
         let mut report = CompactReport::default();
         // key, sequence, the copy's sequence, output, offset
         let mut moved: Vec<(StateKey, u64, u64, u64, u64)> = Vec::new();

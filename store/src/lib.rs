@@ -438,6 +438,17 @@ impl StateStore {
         Ok(())
     }
 
+    /// Refuses manifest changes while writes are refused (a failed checkpoint may have left
+    /// the manifest's rename undurable: a record appended now could vanish with it).
+    fn manifest_writable(w: &Writer) -> Result<()> {
+        match &w.refuse {
+            Some(reason) => Err(Error::WritesRefused {
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
     fn writer(&self) -> MutexGuard<'_, Writer> {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -446,6 +457,7 @@ impl StateStore {
     pub fn register_namespace(&self, namespace: Namespace, info: NamespaceInfo) -> Result<()> {
         self.writable()?;
         let mut w = self.writer();
+        Self::manifest_writable(&w)?;
         if w.manifest
             .state
             .snapshot
@@ -467,6 +479,7 @@ impl StateStore {
     pub fn retire_namespace(&self, namespace: Namespace) -> Result<u64> {
         self.writable()?;
         let mut w = self.writer();
+        Self::manifest_writable(&w)?;
         let seq = w.next_sequence;
         w.manifest.append(
             seq,

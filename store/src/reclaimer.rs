@@ -143,7 +143,11 @@ impl StateStore {
         let mut fruitless = 0usize;
         while w.ssd_used + need > budget {
             rounds += 1;
-            let segments = self.segments.read().unwrap_or_else(|p| p.into_inner()).len();
+            let segments = self
+                .segments
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .len();
             let victim = (rounds < 1 << 20 && fruitless <= segments + 1)
                 .then(|| self.pick_victim(w, budget))
                 .flatten();
