@@ -13,8 +13,9 @@
 //!
 //! Run: `cargo bench -p orbitkv-benches --bench store` (environment: `ORBITKV_BENCH_MIB` bytes
 //! per phase, default 1024; `ORBITKV_BENCH_ROUNDS`, default 3; `ORBITKV_BENCH_ONLY`, a comma
-//! list of phases; `ORBITKV_BENCH_DIR`, default a temporary directory under `target/`). Not a
-//! CI gate: docs/performance.md records results and commands.
+//! list of phases; `ORBITKV_BENCH_DIR`, default a temporary directory under `target/`;
+//! `ORBITKV_BENCH_SEGMENT_MIB`, the store's segment size, default the store's). Not a CI gate:
+//! docs/performance.md records results and commands.
 
 #![expect(
     clippy::unwrap_used,
@@ -176,6 +177,12 @@ fn drop_dir_cache(dir: &Path) {
 
 fn store_config(dir: &Path, dram: u64) -> StoreConfig {
     let mut c = StoreConfig::new(dir);
+    if let Some(mib) = std::env::var("ORBITKV_BENCH_SEGMENT_MIB")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        c.segment_bytes = mib << 20;
+    }
     c.alignment = Alignment::Direct;
     c.durability = Durability::Manual;
     c.dram_bytes = dram;
@@ -189,23 +196,9 @@ fn open_store(dir: &Path, dram: u64) -> StateStore {
     s
 }
 
-/// Puts `n` bundles; returns seconds.
+/// Puts `n` bundles from one thread; returns seconds.
 fn store_append(dir: &Path, src: &Sources, n: u64) -> f64 {
-    let store = open_store(dir, 0);
-    let t = Instant::now();
-    let mut since = 0u64;
-    for i in 0..n {
-        store.put(&[(meta(i), src.get(i))]).unwrap();
-        since += src.size as u64;
-        if since >= SYNC_EVERY {
-            store.sync().unwrap();
-            since = 0;
-        }
-    }
-    store.sync().unwrap();
-    let secs = t.elapsed().as_secs_f64();
-    store.close().unwrap();
-    secs
+    store_append_threads(dir, src, n, 1)
 }
 
 /// Puts `n` bundles from `threads` threads (bundle i from thread i mod threads), each syncing

@@ -99,11 +99,7 @@ impl IoFile for DirectFile {
                 return r;
             }
         }
-        let got = super::read_at_least(self, buf, min, offset)?;
-        for c in buf[..got].chunks(chunk) {
-            each(c);
-        }
-        Ok(got)
+        super::read_then_hand_over(self, buf, offset, min, chunk, each)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
         if aligned(buf.as_ptr(), buf.len(), offset) {
@@ -319,13 +315,7 @@ impl DirectIo {
 
 impl Io for DirectIo {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn IoFile>> {
-        let mut o = OpenOptions::new();
-        match mode {
-            OpenMode::Read => o.read(true),
-            OpenMode::ReadWrite => o.read(true).write(true),
-            OpenMode::CreateNew => o.read(true).write(true).create_new(true),
-        };
-        let buffered = o.open(path)?;
+        let buffered = super::open_options(mode).open(path)?;
         let mut d = OpenOptions::new();
         d.read(true).custom_flags(libc::O_DIRECT);
         if mode != OpenMode::Read {

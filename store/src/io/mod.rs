@@ -46,11 +46,7 @@ pub trait IoFile: Send + Sync {
         chunk: usize,
         each: &mut dyn FnMut(&[u8]),
     ) -> io::Result<usize> {
-        let got = read_at_least(self, buf, min, offset)?;
-        for c in buf[..got].chunks(chunk.max(1)) {
-            each(c);
-        }
-        Ok(got)
+        read_then_hand_over(self, buf, offset, min, chunk, each)
     }
 
     /// Reads exactly `buf.len()` bytes at `offset`, or fails with `UnexpectedEof`.
@@ -107,6 +103,33 @@ pub fn read_at_least<F: IoFile + ?Sized>(
         ));
     }
     Ok(got)
+}
+
+/// [`IoFile::read_chunked`] without overlap: reads everything, then hands it over in chunks.
+pub fn read_then_hand_over<F: IoFile + ?Sized>(
+    file: &F,
+    buf: &mut [u8],
+    offset: u64,
+    min: usize,
+    chunk: usize,
+    each: &mut dyn FnMut(&[u8]),
+) -> io::Result<usize> {
+    let got = read_at_least(file, buf, min, offset)?;
+    for c in buf[..got].chunks(chunk.max(1)) {
+        each(c);
+    }
+    Ok(got)
+}
+
+/// Options opening a file in `mode`.
+pub(crate) fn open_options(mode: OpenMode) -> std::fs::OpenOptions {
+    let mut o = std::fs::OpenOptions::new();
+    match mode {
+        OpenMode::Read => o.read(true),
+        OpenMode::ReadWrite => o.read(true).write(true),
+        OpenMode::CreateNew => o.read(true).write(true).create_new(true),
+    };
+    o
 }
 
 /// How to open a file.

@@ -39,13 +39,7 @@ impl IoFile for StdFile {
 
 impl Io for StdIo {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn IoFile>> {
-        let mut o = OpenOptions::new();
-        match mode {
-            OpenMode::Read => o.read(true),
-            OpenMode::ReadWrite => o.read(true).write(true),
-            OpenMode::CreateNew => o.read(true).write(true).create_new(true),
-        };
-        Ok(Arc::new(StdFile(o.open(path)?)))
+        Ok(Arc::new(StdFile(super::open_options(mode).open(path)?)))
     }
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         fs::create_dir_all(path)

@@ -129,7 +129,15 @@ pub fn bench_payload(seed: u64, i: u64, len: usize) -> Vec<u8> {
         &i.to_le_bytes(),
         &(len as u64).to_le_bytes(),
     ]);
-    let mut x = u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]]) | 1;
+    xorshift_bytes(
+        u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]]),
+        len,
+    )
+}
+
+/// `len` bytes of xorshift64 output from `seed` (made odd, so never the all-zero state).
+pub fn xorshift_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
     let mut out = Vec::with_capacity(len + 8);
     while out.len() < len {
         x ^= x << 13;
@@ -148,11 +156,16 @@ fn open(data_dir: &Path, durability: Durability) -> Result<StateStore, Failure> 
 }
 
 fn info(seed: u64) -> NamespaceInfo {
+    bench_namespace_info("orbitkv-bench", format!("seed-{seed}"))
+}
+
+/// The namespace description the self-test commands register (no model behind it).
+pub(crate) fn bench_namespace_info(model: &str, revision: String) -> NamespaceInfo {
     NamespaceInfo {
         identity: [0; 32],
         layout_digest: [0; 32],
-        model: "orbitkv-bench".to_owned(),
-        revision: format!("seed-{seed}"),
+        model: model.to_owned(),
+        revision,
         engine: "bench".to_owned(),
         engine_release: env!("CARGO_PKG_VERSION").to_owned(),
         dtype: "bytes".to_owned(),

@@ -19,12 +19,10 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use orbitkv_segments::{FRAME_HEADER_LEN, RecordMeta};
 use orbitkv_state::{
-    CacheGroupId, Component, FormatDigest, HashDomain, Namespace, ParallelShape, RankSpec,
-    StateKey, TokenRange,
+    CacheGroupId, Component, FormatDigest, HashDomain, Namespace, RankSpec, StateKey, TokenRange,
 };
 use orbitkv_store::io::std_io::StdIo;
 use orbitkv_store::{Durability, Policy, StateStore, StoreConfig};
-use orbitkv_wal::NamespaceInfo;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -168,16 +166,7 @@ fn block_key(id: u64) -> Result<StateKey, Failure> {
 
 /// Block `id`'s bytes: a function of the id and the length.
 fn block_payload(id: u64, len: usize) -> Vec<u8> {
-    let mut x = id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
+    super::bench::xorshift_bytes(id.wrapping_mul(0x9E37_79B9_7F4A_7C15), len)
 }
 
 fn parse_policy(name: &str) -> Result<Option<Policy>, Failure> {
@@ -231,16 +220,7 @@ fn replay_store(
     store
         .register_namespace(
             namespace(),
-            NamespaceInfo {
-                identity: [0; 32],
-                layout_digest: [0; 32],
-                model: "orbitkv-replay".to_owned(),
-                revision: format!("block-{block}"),
-                engine: "bench".to_owned(),
-                engine_release: env!("CARGO_PKG_VERSION").to_owned(),
-                dtype: "bytes".to_owned(),
-                parallel: ParallelShape::SINGLE,
-            },
+            super::bench::bench_namespace_info("orbitkv-replay", format!("block-{block}")),
         )
         .map_err(refused)?;
     let format = FormatDigest([0x5e; 32]);
