@@ -289,6 +289,12 @@ impl DirectIo {
     /// returns the backend; the error says why not (the caller falls back to [`StdIo`]).
     pub fn probe(dir: &Path) -> io::Result<Self> {
         std::fs::create_dir_all(dir)?;
+        Self::probe_in(dir)
+    }
+
+    /// As [`DirectIo::probe`], in an existing directory (nothing is created but the probe
+    /// file, which is removed).
+    pub fn probe_in(dir: &Path) -> io::Result<Self> {
         let path = dir.join(".orbitkv-direct-probe");
         let _ = std::fs::remove_file(&path);
         let result = (|| {

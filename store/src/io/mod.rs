@@ -105,6 +105,31 @@ pub fn read_at_least<F: IoFile + ?Sized>(
     Ok(got)
 }
 
+/// The backend for a store in `data_dir`: [`direct::DirectIo`] (O_DIRECT for aligned requests,
+/// io_uring for verified reads) when the file system under it takes O_DIRECT, probed in the
+/// directory or its nearest existing ancestor; else the portable [`std_io::StdIo`]. Returns the
+/// backend and whether it is the direct one.
+pub fn default_for(data_dir: &Path) -> (Arc<dyn Io>, bool) {
+    let existing = data_dir.ancestors().find(|p| p.is_dir());
+    let probed = match existing {
+        Some(dir) => direct::DirectIo::probe_in(dir),
+        None => Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "no existing directory",
+        )),
+    };
+    match probed {
+        Ok(d) => (Arc::new(d), true),
+        Err(e) => {
+            tracing::info!(
+                "O_DIRECT is not available under {}: {e}; using buffered I/O",
+                data_dir.display()
+            );
+            (Arc::new(std_io::StdIo), false)
+        }
+    }
+}
+
 /// [`IoFile::read_chunked`] without overlap: reads everything, then hands it over in chunks.
 pub fn read_then_hand_over<F: IoFile + ?Sized>(
     file: &F,

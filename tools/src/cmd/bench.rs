@@ -5,16 +5,14 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, Subcommand, ValueEnum};
-use orbitkv_segments::RecordMeta;
+use orbitkv_segments::{Alignment, RecordMeta};
 use orbitkv_state::{
     CacheGroupId, Component, FormatDigest, HashDomain, Namespace, ParallelShape, RankSpec,
     StateKey, TokenRange,
 };
-use orbitkv_store::io::std_io::StdIo;
 use orbitkv_store::{Durability, StateStore, StoreConfig};
 use orbitkv_wal::NamespaceInfo;
 use serde_json::json;
@@ -149,10 +147,16 @@ pub fn xorshift_bytes(seed: u64, len: usize) -> Vec<u8> {
     out
 }
 
+/// Opens the store on the default backend: O_DIRECT (with 4 KiB-aligned segments) where the
+/// file system takes it, else buffered.
 fn open(data_dir: &Path, durability: Durability) -> Result<StateStore, Failure> {
     let mut cfg = StoreConfig::new(data_dir);
     cfg.durability = durability;
-    StateStore::open(Arc::new(StdIo), cfg).map_err(|e| Failure::refused(e.to_string()))
+    let (io, direct) = orbitkv_store::io::default_for(data_dir);
+    if direct {
+        cfg.alignment = Alignment::Direct;
+    }
+    StateStore::open(io, cfg).map_err(|e| Failure::refused(e.to_string()))
 }
 
 fn info(seed: u64) -> NamespaceInfo {
