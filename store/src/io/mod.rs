@@ -188,3 +188,27 @@ pub trait Io: Send + Sync {
     /// lives; `WouldBlock` when someone else holds it.
     fn lock_exclusive(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_backend_is_probed_without_creating_the_data_directory() {
+        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = root.path().join("not/yet");
+        let (io, direct) = default_for(&dir);
+        assert!(!dir.exists(), "probing created the data directory");
+        // Whichever backend was chosen works on this file system.
+        io.create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let f = io
+            .open(&dir.join("f"), OpenMode::CreateNew)
+            .unwrap_or_else(|e| panic!("{e}"));
+        f.write_all_at(b"bytes", 0).unwrap_or_else(|e| panic!("{e}"));
+        let mut b = [0u8; 5];
+        f.read_exact_at(&mut b, 0).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(&b, b"bytes");
+        // And the probe agrees with a direct probe of the same place.
+        assert_eq!(direct, direct::DirectIo::probe_in(root.path()).is_ok());
+    }
+}
