@@ -137,18 +137,20 @@ impl StateStore {
         };
         // Every round drops a segment; copies forward take their read marks, so records read
         // once are not copied twice. Records kept for another reason (an older record of the
-        // key in a pinned segment) can make rounds free nothing: after more fruitless rounds
-        // than there are segments, the put is refused instead.
+        // key in a pinned segment) can make rounds free little or nothing, so one call reclaims
+        // at most about every segment twice, and stops after more fruitless rounds in a row
+        // than there are segments; then the put is refused.
+        let segments = self
+            .segments
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .len();
+        let max_rounds = 2 * segments + 8;
         let mut rounds = 0usize;
         let mut fruitless = 0usize;
         while w.ssd_used + need > budget {
             rounds += 1;
-            let segments = self
-                .segments
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .len();
-            let victim = (rounds < 1 << 20 && fruitless <= segments + 1)
+            let victim = (rounds <= max_rounds && fruitless <= segments + 1)
                 .then(|| self.pick_victim(w, budget))
                 .flatten();
             let Some(victim) = victim else {
@@ -239,7 +241,7 @@ impl StateStore {
             let FrameBody::Record(meta) = &e.body else {
                 continue;
             };
-            // Taken for every record, live or not, so no stale bit outlives its segment.
+            // Taken for every record, live or not, so no stale mark outlives its segment.
             let read = self.read_marks.take(id, e.offset);
             if !self.is_live(&meta.key, id, e.offset, e.record_sequence) {
                 continue;

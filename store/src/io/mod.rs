@@ -204,7 +204,8 @@ mod tests {
         let f = io
             .open(&dir.join("f"), OpenMode::CreateNew)
             .unwrap_or_else(|e| panic!("{e}"));
-        f.write_all_at(b"bytes", 0).unwrap_or_else(|e| panic!("{e}"));
+        f.write_all_at(b"bytes", 0)
+            .unwrap_or_else(|e| panic!("{e}"));
         let mut b = [0u8; 5];
         f.read_exact_at(&mut b, 0).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(&b, b"bytes");
