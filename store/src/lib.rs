@@ -68,7 +68,8 @@ use crate::io::direct::{DIRECT_ALIGN, aligned_buffer};
 const MAX_KEPT_READ_BUF: usize = 16 << 20;
 
 thread_local! {
-    /// Each reader thread's aligned frame buffer (grown, never shrunk) and its pad.
+    /// Each reader thread's aligned frame buffer (grown as needed; freed after a frame over
+    /// [`MAX_KEPT_READ_BUF`]) and its pad.
     static READ_BUF: std::cell::RefCell<(Vec<u8>, usize)> = const { std::cell::RefCell::new((Vec::new(), 0)) };
 }
 use crate::io::{Io, OpenMode};
