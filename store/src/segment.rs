@@ -447,8 +447,12 @@ impl Encoded {
             .iter()
             .map(|(_, p)| p.len() + FRAME_HEADER_LEN + alignment.unit())
             .sum::<usize>();
+        let aligned_at = |b: &Vec<u8>, pad: usize| {
+            alignment != Alignment::Direct
+                || (b.as_ptr() as usize + pad).is_multiple_of(crate::io::direct::DIRECT_ALIGN)
+        };
         let (mut buf, pad) = match ENCODE_BUF.with_borrow_mut(std::mem::take) {
-            (mut kept, pad) if kept.capacity() >= pad + total => {
+            (mut kept, pad) if kept.capacity() >= pad + total && aligned_at(&kept, pad) => {
                 kept.truncate(pad);
                 (kept, pad)
             }

@@ -66,8 +66,8 @@ impl IoFile for DirectFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         if aligned(buf.as_ptr(), buf.len(), offset) {
             match self.direct.read_at(buf, offset) {
-                // A direct read past the end of a file being extended may fail where a
-                // buffered read would not.
+                // A device whose logical block is larger than 4 KiB refuses the request:
+                // read it through the page cache instead.
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
                 r => return r,
             }
