@@ -9,13 +9,13 @@ use std::sync::Arc;
 use orbitkv_index::Tier;
 use orbitkv_segments::{FRAME_HEADER_LEN, FrameBody, RecordMeta, SegmentHeader};
 use orbitkv_state::StateKey;
-use orbitkv_wal::{ManifestRecord, SegmentCreated, SegmentSealed, SegmentState};
+use orbitkv_wal::{ManifestRecord, SegmentSealed, SegmentState};
 
-use crate::error::{Error, Result, io_err};
+use crate::error::{Error, Result};
 use crate::io::OpenMode;
 use crate::reclaimer::Log;
 use crate::segment::{Active, SegmentFile, read_entry_payload, read_sealed};
-use crate::{StateStore, Writer, now_ms};
+use crate::{StateStore, Writer};
 
 /// What one sealed segment holds, and how much of it is still live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,11 +81,7 @@ impl StateStore {
         ) {
             return None;
         }
-        self.segments
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .cloned()
+        self.segment_file(id)
     }
 
     /// Every sealed segment with its live fraction (reads footers only).
@@ -163,44 +159,27 @@ impl StateStore {
         self.compact(&ids)
     }
 
-    /// A new segment for compaction output (named durably in the manifest first).
-    fn start_output(&self, w: &mut Writer) -> Result<Active> {
-        let seq = w
-            .manifest
-            .state
-            .snapshot
-            .last_segment_sequence
-            .map_or(1, |s| s + 1);
-        let created = SegmentCreated {
-            segment_id: seq,
-            segment_sequence: seq,
-            direct: self.config.alignment == orbitkv_segments::Alignment::Direct,
-            compression: self.config.compression != orbitkv_segments::Compression::None,
+    /// The output segment with room for a `need`-byte frame: the current one, or a new one
+    /// after sealing the current one when it is full.
+    fn output_with_room<'o>(
+        &self,
+        w: &mut Writer,
+        out: &'o mut Option<Active>,
+        outputs: &mut Vec<Arc<SegmentFile>>,
+        report: &mut CompactReport,
+        need: u64,
+    ) -> Result<&'o mut Active> {
+        if out.as_ref().is_some_and(|o| {
+            !o.entries.is_empty() && o.len + need + o.seal_overhead() > self.config.segment_bytes
+        }) && let Some(full) = out.take()
+        {
+            outputs.push(self.seal_output(w, full, report)?);
+        }
+        let o = match out.take() {
+            Some(o) => o,
+            None => self.create_segment(w)?,
         };
-        let mseq = w.next_sequence;
-        w.manifest
-            .append(mseq, ManifestRecord::SegmentCreated(created))?;
-        w.next_sequence += 1;
-        let path = self.layout.segment(seq);
-        let file = self
-            .io
-            .open(&path, OpenMode::CreateNew)
-            .map_err(io_err(&path, "create segment"))?;
-        let seg = Arc::new(SegmentFile::new(seq, path, file));
-        let header = SegmentHeader {
-            segment_id: seq,
-            sequence: seq,
-            created_unix_ms: now_ms(),
-            directory_id: self.directory_id,
-            alignment: self.config.alignment,
-            compression: created.compression,
-        };
-        let mut out = Active::create(header, seg, self.config.compression)?;
-        out.sync()?;
-        self.io
-            .sync_dir(&self.layout.segments())
-            .map_err(io_err(&self.layout.segments(), "fsync directory"))?;
-        Ok(out)
+        Ok(out.insert(o))
     }
 
     fn seal_output(
@@ -282,19 +261,7 @@ impl StateStore {
                     }
                 };
                 let need = (payload.len() + FRAME_HEADER_LEN) as u64;
-                if out.as_ref().is_some_and(|o| {
-                    !o.entries.is_empty()
-                        && o.len + need + o.seal_overhead() > self.config.segment_bytes
-                }) && let Some(full) = out.take()
-                {
-                    outputs.push(self.seal_output(&mut w, full, &mut report)?);
-                }
-                if out.is_none() {
-                    out = Some(self.start_output(&mut w)?);
-                }
-                let Some(o) = out.as_mut() else {
-                    continue;
-                };
+                let o = self.output_with_room(&mut w, &mut out, &mut outputs, &mut report, need)?;
                 // The copy takes a new sequence, so a segment's sequences keep increasing; only
                 // the key's current record is copied, so no newer one is overtaken.
                 let rec: [(RecordMeta, &[u8]); 1] = [(meta.clone(), payload.as_slice())];
@@ -432,19 +399,7 @@ impl StateStore {
                     continue;
                 };
                 let need = (payload.len() + FRAME_HEADER_LEN) as u64;
-                if out.as_ref().is_some_and(|o| {
-                    !o.entries.is_empty()
-                        && o.len + need + o.seal_overhead() > self.config.segment_bytes
-                }) && let Some(full) = out.take()
-                {
-                    outputs.push(self.seal_output(&mut w, full, &mut report)?);
-                }
-                if out.is_none() {
-                    out = Some(self.start_output(&mut w)?);
-                }
-                let Some(o) = out.as_mut() else {
-                    continue;
-                };
+                let o = self.output_with_room(&mut w, &mut out, &mut outputs, &mut report, need)?;
                 let rec: [(RecordMeta, &[u8]); 1] = [(meta.clone(), payload.as_ref())];
                 let entries = o.append_with(&rec, |_| seq)?;
                 if let Some(ne) = entries.first() {

@@ -450,6 +450,15 @@ impl StateStore {
         }
     }
 
+    /// The open segment `id`, if it is one.
+    pub(crate) fn segment_file(&self, id: u64) -> Option<Arc<SegmentFile>> {
+        self.segments
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
     fn writer(&self) -> MutexGuard<'_, Writer> {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -494,9 +503,12 @@ impl StateStore {
         Ok(seq)
     }
 
-    /// Starts a new active segment of `log`: the manifest names it durably before the file
-    /// exists. A segment's id is its segment sequence, so ids are never reused.
-    fn start_segment(&self, w: &mut Writer, log: Log) -> Result<u64> {
+    /// A new segment (for `log`'s appends, or for compaction output): the manifest names it
+    /// durably before the file exists; blocks for a whole segment are reserved up front
+    /// (released past the end when it is sealed; a disk too full for that still takes appends
+    /// until it is truly full); its header is written and synced. A segment's id is its segment
+    /// sequence, so ids are never reused.
+    pub(crate) fn create_segment(&self, w: &mut Writer) -> Result<Active> {
         let seq = w
             .manifest
             .state
@@ -524,10 +536,8 @@ impl StateStore {
             .io
             .open(&path, OpenMode::CreateNew)
             .map_err(io_err(&path, "create segment"))?;
-        // Blocks for the whole segment up front (released past the end when it is sealed); a
-        // disk too full for that still takes appends until it is truly full.
         let preallocated = file.preallocate(self.config.segment_bytes).is_ok();
-        let seg = Arc::new(SegmentFile::new(id, path.clone(), file));
+        let seg = Arc::new(SegmentFile::new(id, path, file));
         let header = SegmentHeader {
             segment_id: id,
             sequence: seq,
@@ -536,12 +546,19 @@ impl StateStore {
             alignment: self.config.alignment,
             compression: created.compression,
         };
-        let mut active = Active::create(header, seg.clone(), self.config.compression)?;
+        let mut active = Active::create(header, seg, self.config.compression)?;
         active.preallocated = preallocated;
         active.sync()?;
         self.io
             .sync_dir(&self.layout.segments())
             .map_err(io_err(&self.layout.segments(), "fsync directory"))?;
+        Ok(active)
+    }
+
+    /// Starts a new active segment of `log` ([`StateStore::create_segment`]).
+    fn start_segment(&self, w: &mut Writer, log: Log) -> Result<u64> {
+        let active = self.create_segment(w)?;
+        let (id, seg) = (active.seg.id, active.seg.clone());
         self.segments
             .write()
             .unwrap_or_else(|p| p.into_inner())
@@ -923,13 +940,7 @@ impl StateStore {
         if self.is_quarantined(id) {
             return miss(self);
         }
-        let Some(seg) = self
-            .segments
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .cloned()
-        else {
+        let Some(seg) = self.segment_file(id) else {
             return miss(self);
         };
         if !self.read_verified(&seg, key, &rec, out, true) {
@@ -963,18 +974,8 @@ impl StateStore {
             len
         };
         let verify = |frame: &[u8], out: &mut Vec<u8>| {
-            FrameHeader::decode(frame, rec.offset).and_then(|h| {
-                let same_key = matches!(&h.body, FrameBody::Record(m) if m.key == *key);
-                if !same_key || h.record_sequence != rec.sequence {
-                    return Err(orbitkv_segments::Error::InvalidField {
-                        what: "frame",
-                        offset: rec.offset,
-                        field: "key/sequence",
-                        reason: "differs from the index".to_owned(),
-                    });
-                }
-                h.append_payload(&frame[FRAME_HEADER_LEN..], out, rec.offset)
-            })
+            indexed_header(frame, key, rec)
+                .and_then(|h| h.append_payload(&frame[FRAME_HEADER_LEN..], out, rec.offset))
         };
         // Still in the active segment's write-behind tail, or (most often) in the file.
         let in_tail = seg.with_pending(rec.offset, len, |frame| verify(frame, out));
@@ -1094,6 +1095,26 @@ impl StateStore {
     }
 }
 
+/// The header at the start of `frame`, verified and checked to name the record the index
+/// points at (`key`, `rec`'s sequence).
+fn indexed_header(
+    frame: &[u8],
+    key: &StateKey,
+    rec: &Record,
+) -> orbitkv_segments::Result<FrameHeader> {
+    let h = FrameHeader::decode(frame, rec.offset)?;
+    let same_key = matches!(&h.body, FrameBody::Record(m) if m.key == *key);
+    if !same_key || h.record_sequence != rec.sequence {
+        return Err(orbitkv_segments::Error::InvalidField {
+            what: "frame",
+            offset: rec.offset,
+            field: "key/sequence",
+            reason: "differs from the index".to_owned(),
+        });
+    }
+    Ok(h)
+}
+
 /// Chunk size of verified reads: a chunk is checked and copied while later ones are in flight.
 const READ_CHUNK: usize = 256 << 10;
 
@@ -1137,18 +1158,7 @@ impl<'a> Streamed<'a> {
             if self.head.len() < FRAME_HEADER_LEN {
                 return;
             }
-            let h = FrameHeader::decode(&self.head, self.rec.offset).and_then(|h| {
-                let same_key = matches!(&h.body, FrameBody::Record(m) if m.key == *self.key);
-                if !same_key || h.record_sequence != self.rec.sequence {
-                    return Err(orbitkv_segments::Error::InvalidField {
-                        what: "frame",
-                        offset: self.rec.offset,
-                        field: "key/sequence",
-                        reason: "differs from the index".to_owned(),
-                    });
-                }
-                Ok(h)
-            });
+            let h = indexed_header(&self.head, self.key, self.rec);
             if let Ok(h) = &h
                 && !h.compressed
             {

@@ -71,12 +71,7 @@ impl StateStore {
         if self.is_quarantined(id) {
             return None;
         }
-        let segment = self
-            .segments
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .cloned()?;
+        let segment = self.segment_file(id)?;
         let pin = self.pins.next.fetch_add(1, Ordering::Relaxed);
         table.pins.insert(
             pin,

@@ -213,13 +213,7 @@ impl StateStore {
     /// Reclaims sealed segment `id`: copies the records the policy keeps into the main log
     /// (synced), moves the index to them, drops the rest, commits the deletion, removes the file.
     fn reclaim(&self, w: &mut Writer, id: u64) -> Result<()> {
-        let Some(file) = self
-            .segments
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .cloned()
-        else {
+        let Some(file) = self.segment_file(id) else {
             return Ok(());
         };
         let from_probation = w.probation.contains(&id);

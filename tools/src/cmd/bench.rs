@@ -108,10 +108,15 @@ pub fn bench_namespace(seed: u64, k: u64) -> Namespace {
 
 fn bench_key(seed: u64, namespaces: u64, i: u64) -> Result<StateKey, Failure> {
     let native = digest(&[b"orbitkv-bench-key", &seed.to_le_bytes(), &i.to_le_bytes()]);
+    bench_state_key(bench_namespace(seed, i % namespaces.max(1)), &native)
+}
+
+/// The key of a self-test block: one dense-KV page of group 0, rank 0, named by `native`.
+pub(crate) fn bench_state_key(namespace: Namespace, native: &[u8]) -> Result<StateKey, Failure> {
     StateKey::new(
-        bench_namespace(seed, i % namespaces.max(1)),
+        namespace,
         HashDomain::SglangSha256,
-        &native,
+        native,
         CacheGroupId(0),
         Component::DenseKv,
         RankSpec::Rank(0),

@@ -18,9 +18,7 @@ use std::time::Instant;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use orbitkv_segments::{FRAME_HEADER_LEN, RecordMeta};
-use orbitkv_state::{
-    CacheGroupId, Component, FormatDigest, HashDomain, Namespace, RankSpec, StateKey, TokenRange,
-};
+use orbitkv_state::{FormatDigest, Namespace, StateKey, TokenRange};
 use orbitkv_store::io::std_io::StdIo;
 use orbitkv_store::{Durability, Policy, StateStore, StoreConfig};
 use serde_json::{Value, json};
@@ -153,15 +151,7 @@ fn block_key(id: u64) -> Result<StateKey, Failure> {
     h.update(b"orbitkv-replay-block");
     h.update(id.to_le_bytes());
     let native: [u8; 32] = h.finalize().into();
-    StateKey::new(
-        namespace(),
-        HashDomain::SglangSha256,
-        &native,
-        CacheGroupId(0),
-        Component::DenseKv,
-        RankSpec::Rank(0),
-    )
-    .map_err(|e| Failure::internal(e.to_string()))
+    super::bench::bench_state_key(namespace(), &native)
 }
 
 /// Block `id`'s bytes: a function of the id and the length.
