@@ -7,9 +7,10 @@
 //!   into other bytes; pinned records stay readable;
 //! - **faults** (EIO, short writes, failed syncs, ENOSPC): a get returns the oracle's value, a
 //!   version whose put failed, or nothing;
-//! - **manual** (manual durability: puts wait in the write-behind tail until a sync): strict until
-//!   a power loss, which may take back what was put since the last sync (the key then reads as
-//!   its last synced value or as one of the versions put since).
+//! - **manual** (manual durability: puts wait in the write-behind tail, or in writes left in
+//!   flight, until a sync): strict until a power loss, which may take back what was put since
+//!   the last sync (the key then reads as its last synced value or as one of the versions put
+//!   since).
 //!
 //! In every mode: nothing put before a successful retirement is served again, across reopens and
 //! crashes; an accepted put (sync per put) survives a crash unless its record was evicted.
@@ -169,6 +170,13 @@ fuzz_target!(|data: &[u8]| {
         _ => Mode::Manual,
     };
     let io = FaultIo::new();
+    if mode == Mode::Manual {
+        // Writes the store submits asynchronously stay in flight until it waits for them.
+        io.set_plan(FaultPlan {
+            defer_writes: true,
+            ..FaultPlan::default()
+        });
+    }
     let Some(mut store) = open(&io, mode) else {
         return;
     };
@@ -190,6 +198,8 @@ fuzz_target!(|data: &[u8]| {
                 version += 1;
                 let len = match mode {
                     Mode::Budget => 1 + usize::from(b) * 640,
+                    // Now and then a bundle large enough to be written asynchronously.
+                    Mode::Manual if b == 255 => (1 << 20) + 1,
                     _ => 1 + usize::from(b) * 37,
                 };
                 let bytes = payload(version, len);
@@ -363,6 +373,12 @@ fuzz_target!(|data: &[u8]| {
                     2 => Crash::TornPrefix(u64::from(b)),
                     _ => Crash::TornPages(u64::from(b)),
                 });
+                if mode == Mode::Manual {
+                    io.set_plan(FaultPlan {
+                        defer_writes: true,
+                        ..FaultPlan::default()
+                    });
+                }
                 store = match open(&io, mode) {
                     Some(s) => s,
                     None => return,

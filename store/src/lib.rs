@@ -7,7 +7,10 @@
 //!   rebuilds the index ([`RecoveryReport`] says what it found).
 //! - [`StateStore::put`] appends a bundle of records as frames to the active segment (one write),
 //!   indexes them, and with [`Durability::EveryPut`] syncs before returning; the receipt says
-//!   whether the records are durable.
+//!   whether the records are durable. With [`Durability::Manual`] small bundles gather in a
+//!   write-behind tail and large ones are written asynchronously (several writes in flight, so a
+//!   putter encodes its next bundle while the device takes the previous ones); either way the
+//!   records are readable at once, from memory until their write completes.
 //! - [`StateStore::get`] reads a record and verifies it — the full key and sequence in its frame
 //!   header, the CRC fused with the copy — a mismatch is a miss, a counted failure and the
 //!   record's removal from the index, never bytes returned.
@@ -21,7 +24,9 @@
 //! key); on ENOSPC the store refuses puts and keeps serving reads, also when it cannot seal the
 //! segments it recovers on open; a failed directory fsync of a manifest checkpoint refuses
 //! further writes; an I/O error reading a segment quarantines it (its records become misses) and,
-//! if it is the active one, seals it off. With [`Durability::EveryPut`] a record is indexed only
+//! if it is the active one, seals it off. A write that fails in flight is a failed write: it is
+//! reported by the next put, sync or seal, and the records since the last good sync are lost as
+//! above. With [`Durability::EveryPut`] a record is indexed only
 //! once it is durable; with [`Durability::Manual`] readers may see records not yet synced.
 //!
 //! All I/O goes through [`io::Io`]; tests use [`io::fault::FaultIo`] to inject failures and power
@@ -62,7 +67,7 @@ use crate::dram::DramTier;
 use crate::error::io_err;
 pub use crate::error::{Error, Result};
 use crate::ghost::{Ghost, fingerprint};
-use crate::io::direct::{DIRECT_ALIGN, aligned_buffer};
+use crate::io::aligned::{DIRECT_ALIGN, aligned_buffer};
 
 /// Reader-thread buffers larger than this are freed after use.
 const MAX_KEPT_READ_BUF: usize = 16 << 20;
@@ -626,8 +631,6 @@ impl StateStore {
         let Some(mut active) = w.active[log as usize].take() else {
             return;
         };
-        // Frames in the write-behind tail were never written: lost with the rest.
-        active.drop_pending();
         for (key, seq, previous) in active.unsynced.iter().rev() {
             if self.index.remove(key, Some(*seq)).is_some() {
                 self.dram.remove(key, *seq);
@@ -636,6 +639,9 @@ impl StateStore {
                 }
             }
         }
+        // Frames in the write-behind tail or in flight are lost with the rest (in-flight writes
+        // are waited for first, so none lands after the truncation below).
+        active.drop_pending();
         let lost = active.entries.len() - active.unsynced_from;
         Stats::add(&self.stats.lost_records, lost as u64);
         let _ = active
@@ -1207,7 +1213,7 @@ impl Drop for StateStore {
     fn drop(&mut self) {
         let mut w = self.writer();
         for a in w.active.iter_mut().flatten() {
-            if let Err(e) = a.flush_pending() {
+            if let Err(e) = a.write_out() {
                 tracing::error!(
                     segment = a.seg.id,
                     "writing the write-behind tail at drop: {e}"

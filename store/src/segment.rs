@@ -2,7 +2,7 @@
 //! readers read records from.
 
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use orbitkv_index::Record;
 use orbitkv_segments::footer::{Footer, footer_digest};
@@ -14,8 +14,8 @@ use orbitkv_segments::{
 use orbitkv_state::StateKey;
 
 use crate::error::{Result, io_err};
-use crate::io::IoFile;
-use crate::io::direct::aligned_vec;
+use crate::io::aligned::aligned_vec;
+use crate::io::{IoFile, WriteBuf};
 
 /// An open segment file, shared by readers.
 pub(crate) struct SegmentFile {
@@ -45,20 +45,33 @@ impl SegmentFile {
         f: impl FnOnce(&[u8]) -> R,
     ) -> Option<R> {
         let p = self.pending.read().unwrap_or_else(|e| e.into_inner());
-        let at = offset.checked_sub(p.start)?;
-        let at = p.pad + usize::try_from(at).ok()?;
-        p.bytes.get(at..at.checked_add(len)?).map(f)
+        let end = offset.checked_add(len as u64)?;
+        if let Some(at) = offset.checked_sub(p.start) {
+            let at = p.pad + usize::try_from(at).ok()?;
+            if let Some(b) = p.bytes.get(at..at.checked_add(len)?) {
+                return Some(f(b));
+            }
+        }
+        let (start, buf) = p
+            .in_flight
+            .iter()
+            .find(|(start, buf)| *start <= offset && end <= *start + buf.as_slice().len() as u64)?;
+        let at = usize::try_from(offset - start).ok()?;
+        buf.as_slice().get(at..at + len).map(f)
     }
 }
 
-/// Frames waiting to be written together (see [`Active::append_encoded`]).
+/// Frames appended but not known to be in the file: the tail waiting to be written together
+/// (see [`Active::append_encoded`]) and the writes in flight.
 #[derive(Default)]
 pub(crate) struct Pending {
-    /// File offset of the first pending byte.
+    /// File offset of the first byte of the tail.
     start: u64,
-    /// `pad` bytes of alignment, then the pending frames.
+    /// `pad` bytes of alignment, then the tail's frames.
     bytes: Vec<u8>,
     pad: usize,
+    /// Writes submitted and not yet known complete: each one's file offset and bytes.
+    in_flight: Vec<(u64, Arc<WriteBuf>)>,
 }
 
 impl Pending {
@@ -73,6 +86,43 @@ impl Pending {
 pub(crate) const COALESCE_BELOW: usize = 1 << 20;
 /// The write-behind tail is written once it holds this much.
 pub(crate) const WRITE_BEHIND: usize = 2 << 20;
+/// Writes an active segment keeps in flight (with manual durability): the putting thread
+/// encodes its next bundle while the device takes the previous ones.
+pub(crate) const WRITES_IN_FLIGHT: usize = 4;
+
+/// Buffers of completed writes, kept for the next encode or write-behind tail (so a put neither
+/// allocates nor faults in fresh pages).
+static SPARE_BUFFERS: Mutex<Vec<(Vec<u8>, usize)>> = Mutex::new(Vec::new());
+/// Spare buffers kept at most.
+const MAX_SPARE_BUFFERS: usize = 2 * WRITES_IN_FLIGHT;
+
+/// Whether `buf`'s bytes after `pad` start where `alignment` needs them.
+fn aligned_for(buf: &[u8], pad: usize, alignment: Alignment) -> bool {
+    alignment != Alignment::Direct
+        || (buf.as_ptr() as usize + pad).is_multiple_of(crate::io::aligned::DIRECT_ALIGN)
+}
+
+/// A spare buffer with room for `capacity` bytes after its pad, emptied to its pad.
+fn take_spare(capacity: usize, alignment: Alignment) -> Option<(Vec<u8>, usize)> {
+    let mut spares = SPARE_BUFFERS.lock().unwrap_or_else(|e| e.into_inner());
+    let i = spares
+        .iter()
+        .position(|(b, pad)| b.capacity() >= pad + capacity && aligned_for(b, *pad, alignment))?;
+    let (mut b, pad) = spares.swap_remove(i);
+    b.truncate(pad);
+    Some((b, pad))
+}
+
+/// Keeps the buffer of a completed write, when nothing else holds it.
+fn give_spare(buf: Arc<WriteBuf>) {
+    if let Ok(buf) = Arc::try_unwrap(buf) {
+        let (b, pad) = buf.into_parts();
+        let mut spares = SPARE_BUFFERS.lock().unwrap_or_else(|e| e.into_inner());
+        if b.capacity() <= MAX_SCRATCH && spares.len() < MAX_SPARE_BUFFERS {
+            spares.push((b, pad));
+        }
+    }
+}
 
 /// The segment being written.
 pub(crate) struct Active {
@@ -237,10 +287,11 @@ impl Active {
                 let mut p = self.seg.pending.write().unwrap_or_else(|e| e.into_inner());
                 if p.len() == 0 {
                     if p.bytes.capacity() < p.pad + WRITE_BEHIND + COALESCE_BELOW {
-                        let (b, pad) = if self.header.alignment == Alignment::Direct {
-                            aligned_vec(WRITE_BEHIND + COALESCE_BELOW)
-                        } else {
-                            (Vec::with_capacity(WRITE_BEHIND + COALESCE_BELOW), 0)
+                        let want = WRITE_BEHIND + COALESCE_BELOW;
+                        let (b, pad) = match take_spare(want, self.header.alignment) {
+                            Some(spare) => spare,
+                            None if self.header.alignment == Alignment::Direct => aligned_vec(want),
+                            None => (Vec::with_capacity(want), 0),
                         };
                         (p.bytes, p.pad) = (b, pad);
                     }
@@ -263,43 +314,140 @@ impl Active {
             return Ok(Some(out));
         }
         self.flush_pending()?;
-        self.seg
-            .file
-            .write_all_at(region, self.len)
-            .map_err(io_err(&self.seg.path, "write"))?;
-        self.len += region.len() as u64;
+        let len = region.len();
+        if coalesce && len <= MAX_SCRATCH {
+            // Written asynchronously from the encode buffer itself; readers find the frames in
+            // it until the write is known complete.
+            self.bound_in_flight()?;
+            let buf = Arc::new(WriteBuf::new(std::mem::take(&mut enc.buf), enc.pad));
+            self.list_in_flight(self.len, &buf);
+            self.submit_listed(buf, self.len)?;
+        } else {
+            self.seg
+                .file
+                .write_all_at(region, self.len)
+                .map_err(io_err(&self.seg.path, "write"))?;
+        }
+        self.len += len as u64;
         self.entries.extend(out.iter().cloned());
         Ok(Some(out))
     }
 
-    /// Writes the write-behind tail to the file, then empties it. Readers keep finding the
-    /// frames in it while the write is in flight (it is only read-locked meanwhile) and in the
-    /// file once it is emptied.
-    pub(crate) fn flush_pending(&mut self) -> Result<()> {
-        {
-            let p = self.seg.pending.read().unwrap_or_else(|e| e.into_inner());
-            if p.len() == 0 {
-                return Ok(());
-            }
-            self.seg
-                .file
-                .write_all_at(&p.bytes[p.pad..], p.start)
-                .map_err(io_err(&self.seg.path, "write"))?;
+    /// Lists `buf` as a write in flight at `offset`, where readers find its bytes.
+    fn list_in_flight(&self, offset: u64, buf: &Arc<WriteBuf>) {
+        let mut p = self.seg.pending.write().unwrap_or_else(|e| e.into_inner());
+        p.in_flight.push((offset, Arc::clone(buf)));
+    }
+
+    /// Stops listing the writes at `offsets` (complete) and keeps their buffers for reuse.
+    fn unlist(&self, offsets: &[u64]) {
+        if offsets.is_empty() {
+            return;
         }
-        self.drop_pending();
+        let mut done = Vec::new();
+        {
+            let mut p = self.seg.pending.write().unwrap_or_else(|e| e.into_inner());
+            p.in_flight.retain(|(at, buf)| {
+                let complete = offsets.contains(at);
+                if complete {
+                    done.push(Arc::clone(buf));
+                }
+                !complete
+            });
+        }
+        done.into_iter().for_each(give_spare);
+    }
+
+    /// Starts the write of `buf` (already listed in flight) at `offset`. On failure it stays
+    /// listed until the caller's failure policy drops the tail ([`Active::drop_pending`]).
+    fn submit_listed(&mut self, buf: Arc<WriteBuf>, offset: u64) -> Result<()> {
+        match self.seg.file.submit_write(&buf, offset) {
+            Ok(false) => Ok(()),
+            Ok(true) => {
+                drop(buf);
+                self.unlist(&[offset]);
+                Ok(())
+            }
+            Err(e) => Err(io_err(&self.seg.path, "write")(e)),
+        }
+    }
+
+    /// Waits, if needed, until fewer than [`WRITES_IN_FLIGHT`] writes are in flight.
+    fn bound_in_flight(&mut self) -> Result<()> {
+        let n = self
+            .seg
+            .pending
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .in_flight
+            .len();
+        if n >= WRITES_IN_FLIGHT {
+            self.reap(WRITES_IN_FLIGHT - 1)?;
+        }
         Ok(())
     }
 
-    /// Forgets the write-behind tail (after it was written, or when its records are lost).
+    /// Waits until at most `in_flight` writes are in flight; a failed write is an error (the
+    /// frames stay listed for the failure policy to drop).
+    fn reap(&mut self, in_flight: usize) -> Result<()> {
+        let done = self
+            .seg
+            .file
+            .complete_writes(in_flight)
+            .map_err(io_err(&self.seg.path, "write"))?;
+        self.unlist(&done);
+        Ok(())
+    }
+
+    /// Writes the tail and waits for every write in flight.
+    pub(crate) fn write_out(&mut self) -> Result<()> {
+        self.flush_pending()?;
+        self.reap(0)
+    }
+
+    /// Starts writing the write-behind tail: its buffer becomes a write in flight, where
+    /// readers keep finding the frames until the write is known complete.
+    pub(crate) fn flush_pending(&mut self) -> Result<()> {
+        let empty = self
+            .seg
+            .pending
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+            == 0;
+        if empty {
+            return Ok(());
+        }
+        self.bound_in_flight()?;
+        let (start, buf) = {
+            let mut p = self.seg.pending.write().unwrap_or_else(|e| e.into_inner());
+            let buf = Arc::new(WriteBuf::new(std::mem::take(&mut p.bytes), p.pad));
+            p.pad = 0;
+            let start = p.start;
+            p.in_flight.push((start, Arc::clone(&buf)));
+            (start, buf)
+        };
+        self.submit_listed(buf, start)
+    }
+
+    /// Forgets the write-behind tail and the writes in flight, waiting for those first (their
+    /// records are lost: the failure policy, or their bytes are in the file).
     pub(crate) fn drop_pending(&mut self) {
-        let mut p = self.seg.pending.write().unwrap_or_else(|e| e.into_inner());
-        let pad = p.pad;
-        p.bytes.truncate(pad);
+        if let Err(e) = self.seg.file.complete_writes(0) {
+            tracing::debug!(segment = self.seg.id, "writes in flight at a loss: {e}");
+        }
+        let in_flight = {
+            let mut p = self.seg.pending.write().unwrap_or_else(|e| e.into_inner());
+            let pad = p.pad;
+            p.bytes.truncate(pad);
+            std::mem::take(&mut p.in_flight)
+        };
+        in_flight.into_iter().for_each(|(_, b)| give_spare(b));
     }
 
     /// Makes everything appended durable.
     pub(crate) fn sync(&mut self) -> Result<()> {
-        self.flush_pending()?;
+        self.write_out()?;
         self.seg
             .file
             .sync()
@@ -322,7 +470,7 @@ impl Active {
 
     /// Writes the footer and trailer and syncs; returns the footer digest and data end.
     pub(crate) fn seal(&mut self) -> Result<([u8; 32], u64)> {
-        self.flush_pending()?;
+        self.write_out()?;
         let data_end = self.len;
         let footer = Footer::new(self.header.sequence, data_end, self.entries.clone()).encode();
         let trailer = Trailer {
@@ -447,17 +595,19 @@ impl Encoded {
             .iter()
             .map(|(_, p)| p.len() + FRAME_HEADER_LEN + alignment.unit())
             .sum::<usize>();
-        let aligned_at = |b: &Vec<u8>, pad: usize| {
-            alignment != Alignment::Direct
-                || (b.as_ptr() as usize + pad).is_multiple_of(crate::io::direct::DIRECT_ALIGN)
-        };
         let (mut buf, pad) = match ENCODE_BUF.with_borrow_mut(std::mem::take) {
-            (mut kept, pad) if kept.capacity() >= pad + total && aligned_at(&kept, pad) => {
+            (mut kept, pad)
+                if kept.capacity() >= pad + total && aligned_for(&kept, pad, alignment) =>
+            {
                 kept.truncate(pad);
                 (kept, pad)
             }
-            _ if alignment == Alignment::Direct => aligned_vec(total),
-            _ => (Vec::with_capacity(total), 0),
+            // The thread's buffer went to a write in flight: one a completed write gave back.
+            _ => match take_spare(total, alignment) {
+                Some(spare) => spare,
+                None if alignment == Alignment::Direct => aligned_vec(total),
+                None => (Vec::with_capacity(total), 0),
+            },
         };
         let mut frames = Vec::with_capacity(records.len());
         for (meta, payload) in records {
@@ -482,9 +632,9 @@ impl Encoded {
         })
     }
 
-    /// Gives the buffer back to the thread for its next put.
+    /// Gives the buffer back to the thread for its next put (unless a write took it).
     pub(crate) fn recycle(self) {
-        if self.buf.capacity() <= MAX_SCRATCH {
+        if self.buf.capacity() > 0 && self.buf.capacity() <= MAX_SCRATCH {
             ENCODE_BUF.with_borrow_mut(|b| *b = (self.buf, self.pad));
         }
     }

@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use common::*;
 use orbitkv_segments::Alignment;
-use orbitkv_store::io::direct::DirectIo;
 use orbitkv_store::io::fault::{FaultIo, FaultPlan};
 use orbitkv_store::io::std_io::StdIo;
+use orbitkv_store::io::uring::UringIo;
 use orbitkv_store::io::{Io, OpenMode};
 use orbitkv_store::{Durability, Error, StateStore, StoreConfig};
 
@@ -157,7 +157,7 @@ fn std_io_round_trip_on_a_real_directory() {
 #[test]
 fn direct_io_round_trip_with_aligned_frames_on_a_real_directory() {
     let dir = tempfile::tempdir().unwrap();
-    let Ok(direct) = DirectIo::probe(dir.path()) else {
+    let Ok(direct) = UringIo::probe(dir.path()) else {
         eprintln!("O_DIRECT unsupported on this file system: nothing to check");
         return;
     };

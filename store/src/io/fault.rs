@@ -16,7 +16,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{Io, IoFile, OpenMode};
+use super::{Io, IoFile, OpenMode, WriteBuf};
 
 /// Which operations fail.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -40,6 +40,10 @@ pub struct FaultPlan {
     /// After N mutating operations (writes, syncs, directory syncs, creations, renames,
     /// removals, truncations) every further one fails with EIO: the process "dies" there.
     pub halt_after_ops: Option<u64>,
+    /// Writes submitted asynchronously ([`IoFile::submit_write`]) stay in flight — absent from
+    /// the file, lost by a crash — until [`IoFile::complete_writes`] applies them (as `write_at`
+    /// calls, so the other faults hit them there), oldest first.
+    pub defer_writes: bool,
 }
 
 /// What survives [`FaultIo::crash`] of the data written since the last sync.
@@ -265,6 +269,8 @@ struct FaultFile {
     path: PathBuf,
     generation: u64,
     writable: bool,
+    /// Writes in flight (with [`FaultPlan::defer_writes`]), oldest first.
+    deferred: Mutex<Vec<(Arc<WriteBuf>, u64)>>,
 }
 
 impl FaultFile {
@@ -278,6 +284,33 @@ impl FaultFile {
 }
 
 impl IoFile for FaultFile {
+    fn submit_write(&self, buf: &Arc<WriteBuf>, offset: u64) -> io::Result<bool> {
+        if !self.state()?.plan.defer_writes {
+            return self.write_all_at(buf.as_slice(), offset).map(|()| true);
+        }
+        let mut d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+        d.push((Arc::clone(buf), offset));
+        Ok(false)
+    }
+
+    fn complete_writes(&self, in_flight: usize) -> io::Result<Vec<u64>> {
+        let mut d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut done, mut failure) = (Vec::new(), None);
+        while d.len() > in_flight || (failure.is_some() && !d.is_empty()) {
+            let (buf, offset) = d.remove(0);
+            match self.write_all_at(buf.as_slice(), offset) {
+                Ok(()) => done.push(offset),
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(done),
+        }
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let mut s = self.state()?;
         if State::matches(s.plan.fail_reads_of.as_ref(), &self.path) {
@@ -426,6 +459,7 @@ impl Io for FaultIo {
             path: path.to_owned(),
             generation: s.generation,
             writable: mode != OpenMode::Read,
+            deferred: Mutex::new(Vec::new()),
         }))
     }
 

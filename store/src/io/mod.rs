@@ -1,12 +1,13 @@
 //! The store's I/O, behind a trait: every byte the store reads or writes, every sync, create,
 //! rename and lock goes through [`Io`], so tests can inject failures and power loss
-//! ([`fault::FaultIo`]) and production picks the backend ([`std_io::StdIo`]: positioned
-//! `pread`/`pwrite` on real files; [`direct::DirectIo`]: the same with `O_DIRECT` for aligned
-//! requests, probed before use).
+//! ([`fault::FaultIo`]) and production picks the backend ([`default_for`]: [`uring::UringIo`],
+//! io_uring with `O_DIRECT` for aligned requests where both are available, probed;
+//! [`std_io::StdIo`]: the portable positioned `pread`/`pwrite`).
 
-pub mod direct;
+pub mod aligned;
 pub mod fault;
 pub mod std_io;
+pub mod uring;
 
 use std::any::Any;
 use std::io;
@@ -49,6 +50,23 @@ pub trait IoFile: Send + Sync {
         read_then_hand_over(self, buf, offset, min, chunk, each)
     }
 
+    /// Starts writing all of `buf` at `offset`. Returns `true` when the write is already
+    /// complete (this default: a synchronous [`IoFile::write_all_at`]); `false` when it is in
+    /// flight — the backend holds `buf` until it completes, its outcome is reported by
+    /// [`IoFile::complete_writes`], and until then the file may not show the bytes (the caller
+    /// serves reads of them from `buf`). Writes in flight must not overlap.
+    fn submit_write(&self, buf: &Arc<WriteBuf>, offset: u64) -> io::Result<bool> {
+        self.write_all_at(buf.as_slice(), offset).map(|()| true)
+    }
+
+    /// Waits until at most `in_flight` writes started by [`IoFile::submit_write`] are still in
+    /// flight; returns the offsets of those that completed during the call. On a failed write it
+    /// waits for every write in flight, then returns the first failure: from then on nothing
+    /// submitted since the last good [`IoFile::sync`] is known to be written.
+    fn complete_writes(&self, _in_flight: usize) -> io::Result<Vec<u64>> {
+        Ok(Vec::new())
+    }
+
     /// Reads exactly `buf.len()` bytes at `offset`, or fails with `UnexpectedEof`.
     fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
         while !buf.is_empty() {
@@ -79,6 +97,33 @@ pub trait IoFile: Send + Sync {
     }
 }
 
+/// Bytes handed to [`IoFile::submit_write`]: a buffer whose bytes start after `pad` bytes of
+/// alignment (see [`aligned::aligned_vec`]), shared between the writer, the backend (until the
+/// write completes) and readers of the bytes in flight.
+#[derive(Debug, Default)]
+pub struct WriteBuf {
+    bytes: Vec<u8>,
+    pad: usize,
+}
+
+impl WriteBuf {
+    /// The bytes of `bytes` after `pad`.
+    pub fn new(bytes: Vec<u8>, pad: usize) -> Self {
+        let pad = pad.min(bytes.len());
+        Self { bytes, pad }
+    }
+
+    /// The bytes to write.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[self.pad..]
+    }
+
+    /// The buffer and its pad, for reuse.
+    pub fn into_parts(self) -> (Vec<u8>, usize) {
+        (self.bytes, self.pad)
+    }
+}
+
 /// Reads into `buf` at `offset` until at least `min` bytes are in (the rest, up to the buffer's
 /// length, when the file has them); returns how many. A frame read as whole blocks may end past
 /// the file's end.
@@ -105,28 +150,44 @@ pub fn read_at_least<F: IoFile + ?Sized>(
     Ok(got)
 }
 
-/// The backend for a store in `data_dir`: [`direct::DirectIo`] (O_DIRECT for aligned requests,
-/// io_uring for verified reads) when the file system under it takes O_DIRECT, probed in the
-/// directory or its nearest existing ancestor; else the portable [`std_io::StdIo`]. Returns the
-/// backend and whether it is the direct one.
+/// The backend for a store in `data_dir`, probed: [`uring::UringIo`] with `O_DIRECT` when the
+/// file system under the directory (or its nearest existing ancestor; nothing is created but a
+/// probe file, removed) takes it, else [`uring::UringIo::buffered`] when the kernel gives an
+/// io_uring, else the portable [`std_io::StdIo`]. Returns the backend and whether it is direct
+/// (new segments should then be written with 4 KiB-aligned frames).
 pub fn default_for(data_dir: &Path) -> (Arc<dyn Io>, bool) {
     let existing = data_dir.ancestors().find(|p| p.is_dir());
     let probed = match existing {
-        Some(dir) => direct::DirectIo::probe_in(dir),
+        Some(dir) => uring::UringIo::probe_in(dir),
         None => Err(io::Error::new(
             io::ErrorKind::NotFound,
             "no existing directory",
         )),
     };
     match probed {
-        Ok(d) => (Arc::new(d), true),
+        Ok(d) => {
+            // Synchronous fallbacks inside when io_uring itself is refused.
+            let _ = uring::available();
+            (Arc::new(d), true)
+        }
         Err(e) => {
             tracing::info!(
                 "O_DIRECT is not available under {}: {e}; using buffered I/O",
                 data_dir.display()
             );
-            (Arc::new(std_io::StdIo), false)
+            (offline_backend(), false)
         }
+    }
+}
+
+/// The backend for the offline tools (`fsck` must not create anything in a data directory,
+/// not even a probe file): [`uring::UringIo::buffered`] when the kernel gives an io_uring, else
+/// [`std_io::StdIo`].
+pub fn offline_backend() -> Arc<dyn Io> {
+    if uring::available() {
+        Arc::new(uring::UringIo::buffered())
+    } else {
+        Arc::new(std_io::StdIo)
     }
 }
 
@@ -210,6 +271,6 @@ mod tests {
         f.read_exact_at(&mut b, 0).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(&b, b"bytes");
         // And the probe agrees with a direct probe of the same place.
-        assert_eq!(direct, direct::DirectIo::probe_in(root.path()).is_ok());
+        assert_eq!(direct, uring::UringIo::probe_in(root.path()).is_ok());
     }
 }

@@ -33,7 +33,7 @@ impl IoFile for StdFile {
         self.0.set_len(len)
     }
     fn preallocate(&self, len: u64) -> io::Result<()> {
-        super::direct::fallocate_keep_size(&self.0, len)
+        super::uring::fallocate_keep_size(&self.0, len)
     }
 }
 

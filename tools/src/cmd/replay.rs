@@ -12,14 +12,12 @@
 use std::collections::{BTreeSet, HashMap};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use orbitkv_segments::{FRAME_HEADER_LEN, RecordMeta};
 use orbitkv_state::{FormatDigest, Namespace, StateKey, TokenRange};
-use orbitkv_store::io::std_io::StdIo;
 use orbitkv_store::{Durability, Policy, StateStore, StoreConfig};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -206,7 +204,7 @@ fn replay_store(
     cfg.dram_bytes = a.dram_bytes;
     cfg.policy = policy;
     let refused = |e: orbitkv_store::Error| Failure::refused(e.to_string());
-    let store = StateStore::open(Arc::new(StdIo), cfg).map_err(refused)?;
+    let store = StateStore::open(orbitkv_store::io::offline_backend(), cfg).map_err(refused)?;
     store
         .register_namespace(
             namespace(),

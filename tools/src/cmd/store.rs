@@ -9,7 +9,6 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use orbitkv_state::{Namespace, hex};
 use orbitkv_store::fsck::{FsckReport, check, discard_incompatible, repair};
 use orbitkv_store::io::Io;
-use orbitkv_store::io::std_io::StdIo;
 use orbitkv_store::{StateStore, StoreConfig};
 use serde_json::json;
 
@@ -69,7 +68,7 @@ pub struct RetireArgs {
 }
 
 fn io() -> Arc<dyn Io> {
-    Arc::new(StdIo)
+    orbitkv_store::io::offline_backend()
 }
 
 fn open(data_dir: &Path, read_only: bool) -> Result<StateStore, Failure> {
