@@ -1,0 +1,77 @@
+//! The backend seam: a pool of engine pages the manager can lease and copy into or out of. The
+//! host backend ([`crate::host`]) keeps pages in shared memory owned by the engine process; a
+//! CUDA backend opens engine KV tensors from IPC handles.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::pool::{PageRef, PoolSpec};
+
+/// A registered pool of engine pages, as the manager sees it.
+pub trait PagePool: Send + Sync {
+    /// The pool's registration.
+    fn spec(&self) -> &PoolSpec;
+    /// The session epoch it was registered under.
+    fn epoch(&self) -> u64;
+    /// Takes a page lease if the page is at `page.generation` (see [`crate::pool::PageState`]).
+    fn take_lease(&self, page: PageRef) -> Result<()>;
+    /// Gives back a lease on page `index`.
+    fn release(&self, index: u32);
+    /// The page's generation now.
+    fn generation(&self, index: u32) -> Result<u64>;
+    /// Copies `bytes` (the layers `layers` of `group`, packed) into the leased page.
+    fn copy_in(
+        &self,
+        lease: &PageLease,
+        group: u32,
+        layers: Range<u32>,
+        bytes: &[u8],
+    ) -> Result<()>;
+    /// Copies all layers of `group` out of the leased page into `out` (packed), then re-checks
+    /// the page's generation: a page reused during the copy gives an error and an empty `out`.
+    fn copy_out(&self, lease: &PageLease, group: u32, out: &mut Vec<u8>) -> Result<()>;
+    /// Stops all further copies (the engine disconnected); copies in progress finish first.
+    fn detach(&self);
+}
+
+/// A page lease: the manager's claim on one engine page while it copies into or out of it. The
+/// engine cannot reallocate the page while it is held; dropping it gives the page back (so a
+/// client's leases end with its session, whatever way it ends).
+pub struct PageLease {
+    pool: Arc<dyn PagePool>,
+    page: PageRef,
+}
+
+impl PageLease {
+    /// Takes a lease on `page` of `pool`.
+    pub fn take(pool: Arc<dyn PagePool>, page: PageRef) -> Result<Self> {
+        pool.spec().check_index(page.index)?;
+        pool.take_lease(page)?;
+        Ok(Self { pool, page })
+    }
+
+    /// The page leased.
+    pub fn page(&self) -> PageRef {
+        self.page
+    }
+
+    /// The pool it is in.
+    pub fn pool(&self) -> &Arc<dyn PagePool> {
+        &self.pool
+    }
+}
+
+impl Drop for PageLease {
+    fn drop(&mut self) {
+        self.pool.release(self.page.index);
+    }
+}
+
+impl std::fmt::Debug for PageLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageLease")
+            .field("page", &self.page)
+            .finish()
+    }
+}

@@ -1,0 +1,147 @@
+//! Passing a pool region's descriptor over a Unix socket (`SCM_RIGHTS`), with a small message
+//! beside it: how an engine hands its host pool to the manager.
+
+use std::io;
+use std::mem::size_of;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+/// Control-message buffer, 8-aligned, with room for a few descriptors.
+#[repr(C, align(8))]
+struct CmsgBuf([u8; 64]);
+
+/// Sends `bytes` and `fd` in one message.
+#[expect(
+    unsafe_code,
+    reason = "sendmsg with SCM_RIGHTS has no safe wrapper in std"
+)]
+pub fn send_with_fd(sock: &UnixStream, bytes: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
+    if bytes.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a descriptor travels with at least one byte",
+        ));
+    }
+    let mut cbuf = CmsgBuf([0; 64]);
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr().cast_mut().cast(),
+        iov_len: bytes.len(),
+    };
+    let fd_len = size_of::<libc::c_int>() as libc::c_uint;
+    // SAFETY: CMSG_SPACE/CMSG_LEN only compute sizes.
+    let (space, len) = unsafe { (libc::CMSG_SPACE(fd_len), libc::CMSG_LEN(fd_len)) };
+    // SAFETY: an all-zero msghdr is valid (null pointers, zero lengths); the fields set below
+    // point at `iov` and `cbuf`, which outlive the sendmsg call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.0.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: `msg` has a control buffer of `space` bytes (≤ 64), so the first header exists
+    // and its data area holds one int; the writes stay inside `cbuf`.
+    let sent = unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null() {
+            return Err(io::Error::other("no room for the control message"));
+        }
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = len as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), fd.as_raw_fd());
+        libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)
+    };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if sent as usize != bytes.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            "the message beside the descriptor was cut short",
+        ));
+    }
+    Ok(())
+}
+
+/// Receives one message into `buf`: its length and the descriptor that came with it, if any
+/// (received close-on-exec; any extra descriptors are closed).
+#[expect(
+    unsafe_code,
+    reason = "recvmsg with SCM_RIGHTS has no safe wrapper in std"
+)]
+pub fn recv_with_fd(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    let mut cbuf = CmsgBuf([0; 64]);
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: as in `send_with_fd`; `iov` and `cbuf` outlive the recvmsg call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.0.as_mut_ptr().cast();
+    msg.msg_controllen = cbuf.0.len() as _;
+    // SAFETY: recvmsg writes at most the buffers `msg` describes.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut fds = Vec::new();
+    // SAFETY: the kernel filled `msg_controllen` bytes of `cbuf` with well-formed control
+    // messages; CMSG_FIRSTHDR/CMSG_NXTHDR walk them within that length, and each SCM_RIGHTS
+    // payload is an array of ints, read unaligned. Every descriptor received is owned here.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg);
+                let header = data.offset_from(cmsg.cast::<u8>()) as usize;
+                let count =
+                    ((*cmsg).cmsg_len as usize).saturating_sub(header) / size_of::<libc::c_int>();
+                for i in 0..count {
+                    let raw = std::ptr::read_unaligned(data.cast::<libc::c_int>().add(i));
+                    fds.push(OwnedFd::from_raw_fd(raw));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "control message truncated (too many descriptors)",
+        ));
+    }
+    let mut fds = fds.into_iter();
+    let first = fds.next();
+    // Extra descriptors are dropped (closed) here.
+    drop(fds);
+    Ok((n as usize, first))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Seek, Write};
+
+    #[test]
+    fn a_descriptor_and_its_message_arrive_together() -> io::Result<()> {
+        let (a, b) = UnixStream::pair()?;
+        let mut f = tempfile::tempfile()?;
+        f.write_all(b"shared bytes")?;
+        send_with_fd(&a, b"pool 7", std::os::fd::AsFd::as_fd(&f))?;
+        let mut buf = [0u8; 32];
+        let (n, fd) = recv_with_fd(&b, &mut buf)?;
+        assert_eq!(&buf[..n], b"pool 7");
+        let mut g = std::fs::File::from(fd.ok_or_else(|| io::Error::other("no descriptor"))?);
+        g.rewind()?;
+        let mut s = String::new();
+        g.read_to_string(&mut s)?;
+        assert_eq!(s, "shared bytes");
+        // A message without a descriptor is just a message.
+        (&a).write_all(b"plain")?;
+        let (n, fd) = recv_with_fd(&b, &mut buf)?;
+        assert_eq!(&buf[..n], b"plain");
+        assert!(fd.is_none());
+        Ok(())
+    }
+}

@@ -1,0 +1,95 @@
+//! The fencing rules in one place: a request names a session epoch and generation-qualified page
+//! references, and a lease (and so any copy) is granted only when the pool is registered, the
+//! epoch is the pool's, the index is in range and the page is at the named generation — checked
+//! in that order, before anything is read or written. Copies out re-check the generation after
+//! copying (see [`PagePool::copy_out`]).
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::{Arc, RwLock};
+
+use crate::backend::{PageLease, PagePool};
+use crate::error::{Error, Result};
+use crate::pool::{PageRef, PoolId};
+
+/// The pools registered with the manager, by id.
+#[derive(Default)]
+pub struct Bridge {
+    pools: RwLock<HashMap<PoolId, Arc<dyn PagePool>>>,
+}
+
+impl Bridge {
+    /// An empty bridge.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `pool`. A pool of the same id from an older epoch (the engine restarted) is
+    /// detached and replaced; one from the same or a newer epoch is refused.
+    pub fn register(&self, pool: Arc<dyn PagePool>) -> Result<()> {
+        let mut pools = self.pools.write().unwrap_or_else(|e| e.into_inner());
+        let id = pool.spec().pool;
+        if let Some(old) = pools.get(&id) {
+            if old.epoch() >= pool.epoch() {
+                return Err(Error::StaleEpoch {
+                    current: old.epoch(),
+                    got: pool.epoch(),
+                });
+            }
+            old.detach();
+        }
+        pools.insert(id, pool);
+        Ok(())
+    }
+
+    /// Detaches and forgets pool `id` (its engine disconnected): no copy touches it afterwards.
+    pub fn unregister(&self, id: PoolId) {
+        let removed = self
+            .pools
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        if let Some(p) = removed {
+            p.detach();
+        }
+    }
+
+    /// The pool `id`.
+    pub fn pool(&self, id: PoolId) -> Result<Arc<dyn PagePool>> {
+        self.pools
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .cloned()
+            .ok_or(Error::UnknownPool { pool: id })
+    }
+
+    /// Takes a page lease on `page` for a request under `epoch`.
+    pub fn lease(&self, epoch: u64, page: PageRef) -> Result<PageLease> {
+        let pool = self.pool(page.pool)?;
+        if pool.epoch() != epoch {
+            return Err(Error::StaleEpoch {
+                current: pool.epoch(),
+                got: epoch,
+            });
+        }
+        PageLease::take(pool, page)
+    }
+
+    /// Copies `bytes` (layers `layers` of `group`) into the leased page.
+    pub fn load(
+        &self,
+        lease: &PageLease,
+        group: u32,
+        layers: Range<u32>,
+        bytes: &[u8],
+    ) -> Result<()> {
+        lease.pool().copy_in(lease, group, layers, bytes)
+    }
+
+    /// Copies `group` out of the leased page into `out`; an error (and an empty `out`) when
+    /// the page was reused during the copy.
+    pub fn publish(&self, lease: &PageLease, group: u32, out: &mut Vec<u8>) -> Result<()> {
+        lease.pool().copy_out(lease, group, out)
+    }
+}
