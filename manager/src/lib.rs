@@ -1,6 +1,7 @@
 //! OrbitKV's cache manager. Landed: [`protocol`], the engine protocol (versioned, length-framed
-//! messages, refused with typed errors when unknown or malformed). The daemon (sessions and
-//! seal, Query / Acquire / Load / Publish / Release, the control socket, metrics) and the client
-//! build on it.
+//! messages, refused with typed errors when unknown or malformed), and [`session`], registration
+//! and the seal (agreement of every rank, epochs, tokens, timeouts). The daemon (Query / Acquire
+//! / Load / Publish / Release, the control socket, metrics) and the client build on them.
 
 pub mod protocol;
+pub mod session;

@@ -10,6 +10,7 @@ use orbitkv_manager::protocol::message::{
 use orbitkv_manager::protocol::{
     DEFAULT_MAX_BODY, ErrorCode, HEADER_LEN, Message, PageStatus, ProtocolError, Role, decode_frame,
 };
+use orbitkv_state::{HashDomain, Rule};
 use proptest::prelude::*;
 
 fn page(i: u32) -> PageRef {
@@ -62,9 +63,16 @@ fn every_message() -> Vec<Message> {
             rank: 1,
             workers: 2,
             identity: [5; 32],
+            domain: HashDomain::VllmSha256Cbor,
             layout: vec![1, 2, 3],
+            rules: vec![
+                (0, Rule::Prefix),
+                (1, Rule::Window { tokens: 4096 }),
+                (2, Rule::Checkpoint { grid: 512 }),
+                (3, Rule::Undefined),
+            ],
             scope: "tenant-a".into(),
-            format: vec![9; 40],
+            formats: vec![vec![9; 40], vec![8; 12]],
             seal_timeout_ms: 30_000,
         }),
         Message::RegisterPool {

@@ -1,7 +1,7 @@
 //! `StorageLayout`: one instance's registered geometry — its cache groups and every rank's format.
 //! GPU addresses and pool capacity are deliberately absent: they do not change stored bytes.
 
-use crate::codec::{Writer, len_u32};
+use crate::codec::{Reader, Writer, len_u32};
 use crate::component::{CacheGroupId, Component};
 use crate::error::{Error, Result};
 use crate::format::{FormatDigest, ParallelShape, RankSpec, StateFormat, domain_digest};
@@ -162,6 +162,66 @@ impl StorageLayout {
             .map(|i| self.format_digests[i].as_slice())
     }
 
+    /// Decodes a canonical encoding: every field is read and the layout rebuilt through
+    /// [`StorageLayout::new`] (so it is validated), and the input must be exactly its canonical
+    /// encoding (groups in id order, formats canonical) — there is one encoding per layout.
+    pub fn decode(bytes: &[u8]) -> Result<Self> {
+        let mut r = Reader::new(bytes, "storage layout");
+        let version = r.u16()?;
+        if version != LAYOUT_VERSION {
+            return Err(Error::UnsupportedVersion {
+                what: "storage layout",
+                version: u32::from(version),
+            });
+        }
+        let parallel = ParallelShape {
+            tensor: r.u32()?,
+            pipeline: r.u32()?,
+            context: r.u32()?,
+        };
+        let n = r.u32()? as usize;
+        if n == 0 || n > MAX_GROUPS {
+            return Err(Error::InvalidLayout {
+                reason: format!("{n} cache groups; an instance registers 1..={MAX_GROUPS}"),
+            });
+        }
+        let mut groups = Vec::with_capacity(n);
+        for _ in 0..n {
+            let id = CacheGroupId(r.u32()?);
+            let component = Component::from_code(r.u8()?)?;
+            let block_tokens = r.u32()?;
+            let page_bytes = r.u64()?;
+            let k = r.u32()? as usize;
+            // Each format takes at least its length prefix: refuse counts the bytes cannot hold.
+            if k > bytes.len() / 4 {
+                return Err(Error::InvalidLayout {
+                    reason: format!("group {}: {k} formats in {} bytes", id.0, bytes.len()),
+                });
+            }
+            let mut formats = Vec::with_capacity(k);
+            for _ in 0..k {
+                let len = r.u32()? as usize;
+                formats.push(StateFormat::decode(r.take(len)?)?);
+            }
+            groups.push(CacheGroupSpec {
+                id,
+                component,
+                block_tokens,
+                page_bytes,
+                formats,
+            });
+        }
+        r.finish()?;
+        let layout = Self::new(parallel, groups)?;
+        if layout.encoding != bytes {
+            return Err(Error::InvalidLayout {
+                reason: "not the canonical encoding (groups out of order or formats not canonical)"
+                    .to_owned(),
+            });
+        }
+        Ok(layout)
+    }
+
     /// Canonical encoding (docs/format.md, "StorageLayout").
     pub fn encode(&self) -> &[u8] {
         &self.encoding
@@ -203,5 +263,43 @@ pub(crate) mod tests {
         assert!(StorageLayout::new(l.parallel(), vec![g.clone()]).is_ok());
         assert!(StorageLayout::new(l.parallel(), vec![g.clone(), g]).is_err());
         assert!(StorageLayout::new(l.parallel(), vec![]).is_err());
+    }
+
+    #[test]
+    fn decodes_its_own_encoding_and_nothing_else() {
+        let l = two_rank_layout();
+        let back = StorageLayout::decode(l.encode()).unwrap();
+        assert_eq!(back, l);
+        assert_eq!(back.digest(), l.digest());
+        let bytes = l.encode();
+        // Every prefix, a trailing byte, another version: refused, no panic.
+        for cut in 0..bytes.len() {
+            assert!(
+                StorageLayout::decode(&bytes[..cut]).is_err(),
+                "cut at {cut}"
+            );
+        }
+        let mut longer = bytes.to_vec();
+        longer.push(0);
+        assert!(StorageLayout::decode(&longer).is_err());
+        let mut v = bytes.to_vec();
+        v[0] = 9;
+        assert!(matches!(
+            StorageLayout::decode(&v),
+            Err(Error::UnsupportedVersion { .. })
+        ));
+        // A valid layout that is not canonical (groups out of id order) is refused.
+        let g = |id: u32| CacheGroupSpec {
+            id: CacheGroupId(id),
+            ..l.groups()[0].clone()
+        };
+        let two = StorageLayout::new(l.parallel(), vec![g(0), g(1)]).unwrap();
+        let enc = two.encode().to_vec();
+        let half = (enc.len() - 18) / 2;
+        let mut swapped = enc[..18].to_vec();
+        swapped.extend_from_slice(&enc[18 + half..]);
+        swapped.extend_from_slice(&enc[18..18 + half]);
+        assert!(StorageLayout::decode(&swapped).is_err());
+        assert_eq!(StorageLayout::decode(&enc).unwrap(), two);
     }
 }

@@ -3,6 +3,7 @@
 //! bytes, unknown types and out-of-range enumerations with a typed error.
 
 use orbitkv_gpu_bridge::{PageRef, PoolId};
+use orbitkv_state::{HashDomain, Rule};
 
 use super::error::{ProtocolError, Result};
 use super::wire::{Reader, Writer};
@@ -38,12 +39,17 @@ pub struct Register {
     pub workers: u32,
     /// The computation identity digest.
     pub identity: [u8; 32],
+    /// The engine's prefix-hash scheme.
+    pub domain: HashDomain,
     /// The instance's storage layout, in its canonical encoding (docs/format.md).
     pub layout: Vec<u8>,
+    /// The recovery rule of each cache group.
+    pub rules: Vec<(u32, Rule)>,
     /// The cache scope; empty for none.
     pub scope: String,
-    /// This rank's state format, in its canonical encoding (empty for the scheduler).
-    pub format: Vec<u8>,
+    /// This rank's state format of each cache group, in the layout's group order, each in its
+    /// canonical encoding (none for the scheduler).
+    pub formats: Vec<Vec<u8>>,
     /// How long the daemon waits for the other ranks before refusing the seal.
     pub seal_timeout_ms: u32,
 }
@@ -627,9 +633,24 @@ impl Message {
                 .u32(g.rank)
                 .u32(g.workers)
                 .raw(&g.identity)
-                .bytes32(&g.layout);
+                .u8(g.domain.code())
+                .bytes32(&g.layout)
+                .u32(g.rules.len() as u32);
+                for (group, rule) in &g.rules {
+                    let (k, param) = match rule {
+                        Rule::Prefix => (0, 0),
+                        Rule::Window { tokens } => (1, *tokens),
+                        Rule::Checkpoint { grid } => (2, *grid),
+                        Rule::Undefined => (3, 0),
+                    };
+                    w.u32(*group).u8(k).u64(param);
+                }
                 name(&mut w, &g.scope);
-                w.bytes32(&g.format).u32(g.seal_timeout_ms);
+                w.u32(g.formats.len() as u32);
+                for f in &g.formats {
+                    w.bytes32(f);
+                }
+                w.u32(g.seal_timeout_ms);
             }
             Message::RegisterPool { token, spec } => {
                 w.raw(token);
@@ -735,15 +756,60 @@ impl Message {
                         });
                     }
                 };
+                let rank = r.u32("rank")?;
+                let workers = r.u32("workers")?;
+                let identity = r.array("identity")?;
+                let domain = HashDomain::from_code(r.u8("hash domain")?).map_err(|e| {
+                    ProtocolError::BadField {
+                        what: "hash domain",
+                        why: e.to_string(),
+                    }
+                })?;
+                let layout = r.bytes32("layout")?.to_vec();
+                let n = r.count("rules", 13)?;
+                let mut rules = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let group = r.u32("rule group")?;
+                    let k = r.u8("rule")?;
+                    let param = r.u64("rule parameter")?;
+                    let rule = match k {
+                        0 => Rule::Prefix,
+                        1 => Rule::Window { tokens: param },
+                        2 => Rule::Checkpoint { grid: param },
+                        3 => Rule::Undefined,
+                        x => {
+                            return Err(ProtocolError::BadField {
+                                what: "rule",
+                                why: format!("unknown rule {x}"),
+                            });
+                        }
+                    };
+                    if matches!(rule, Rule::Prefix | Rule::Undefined) && param != 0 {
+                        return Err(ProtocolError::BadField {
+                            what: "rule parameter",
+                            why: "nonzero for a rule without one".into(),
+                        });
+                    }
+                    rules.push((group, rule));
+                }
                 Message::Register(Register {
                     instance,
                     role,
-                    rank: r.u32("rank")?,
-                    workers: r.u32("workers")?,
-                    identity: r.array("identity")?,
-                    layout: r.bytes32("layout")?.to_vec(),
+                    rank,
+                    workers,
+                    identity,
+                    domain,
+                    layout,
+                    rules,
                     scope: read_name(r, "scope")?,
-                    format: r.bytes32("format")?.to_vec(),
+                    formats: {
+                        let n = r.count("formats", 4)?;
+                        let mut v = Vec::with_capacity(n);
+                        for _ in 0..n {
+                            v.push(r.bytes32("format")?.to_vec());
+                        }
+                        v
+                    },
                     seal_timeout_ms: r.u32("seal timeout")?,
                 })
             }

@@ -1,0 +1,506 @@
+//! Sessions and the seal. Every rank of an engine instance — the scheduler and each declared
+//! worker — registers with the instance's computation identity, hash domain, storage layout,
+//! recovery rules, cache scope and worker count, and its own state formats. The instance
+//! **seals** once all have registered and agree: it gets its namespace, its recovery contract
+//! and a new session epoch, and each rank a session token. A disagreement refuses the seal for
+//! every rank, naming the differing field; a declared rank that never arrives times the seal out.
+//! Registering again (an engine restart) starts a new round: once it seals, requests under the
+//! old epoch are refused.
+//!
+//! Pure bookkeeping: callers pass connection ids and the time, and send the [`Event`]s returned.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use orbitkv_state::{
+    CacheGroupId, CacheScope, ComputationIdentity, HashDomain, Namespace, RankSpec,
+    RecoveryContract, StateFormat, StorageLayout,
+};
+
+use crate::protocol::message::{Register, Token};
+use crate::protocol::{ErrorCode, Message, Role};
+
+/// A client connection, as the server numbers them.
+pub type ConnId = u64;
+
+/// A request refused as a whole: the code and a readable account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// Why.
+    pub code: ErrorCode,
+    /// What exactly.
+    pub detail: String,
+}
+
+impl Refusal {
+    fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
+        Self {
+            code,
+            detail: detail.into(),
+        }
+    }
+
+    /// The error reply.
+    pub fn message(&self) -> Message {
+        Message::Error {
+            code: self.code,
+            detail: self.detail.clone(),
+        }
+    }
+}
+
+/// What the server must send after a registration or a timeout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The instance sealed: `reply` ([`Message::Sealed`]) goes to `conn`.
+    Sealed {
+        /// The rank's connection.
+        conn: ConnId,
+        /// The reply.
+        reply: Message,
+    },
+    /// `conn`'s registration is refused.
+    Refused {
+        /// The rank's connection.
+        conn: ConnId,
+        /// Why.
+        refusal: Refusal,
+    },
+}
+
+/// A sealed instance: what every request under its epoch is checked and answered against.
+#[derive(Debug)]
+pub struct SealedInstance {
+    /// The instance's name.
+    pub name: String,
+    /// Its epoch.
+    pub epoch: u64,
+    /// Its namespace.
+    pub namespace: Namespace,
+    /// Its hash domain.
+    pub domain: HashDomain,
+    /// Its storage layout.
+    pub layout: StorageLayout,
+    /// Its recovery contract.
+    pub contract: RecoveryContract,
+    /// Declared worker ranks.
+    pub workers: u32,
+}
+
+/// One rank's session.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// The session id.
+    pub id: u64,
+    /// Its connection.
+    pub conn: ConnId,
+    /// Scheduler or worker.
+    pub role: Role,
+    /// The worker rank (0 for the scheduler).
+    pub rank: u32,
+    /// The instance as sealed for this session.
+    pub instance: Arc<SealedInstance>,
+}
+
+struct Pending {
+    conn: ConnId,
+    reg: Register,
+}
+
+#[derive(Default)]
+struct Instance {
+    /// Registrations of the round in progress.
+    pending: Vec<Pending>,
+    /// When the round in progress times out.
+    deadline: Option<Instant>,
+    /// The epoch sealed last.
+    current: Option<u64>,
+}
+
+/// Where session tokens come from.
+pub trait TokenSource: Send {
+    /// A fresh unguessable token.
+    fn token(&mut self) -> std::io::Result<Token>;
+}
+
+/// Tokens from the kernel's random source.
+pub struct OsRandom;
+
+impl TokenSource for OsRandom {
+    fn token(&mut self) -> std::io::Result<Token> {
+        let mut t = [0u8; 32];
+        std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut t))?;
+        Ok(t)
+    }
+}
+
+/// Every instance, its rounds and its sessions.
+pub struct Sessions {
+    instances: HashMap<String, Instance>,
+    sessions: HashMap<Token, Session>,
+    next_session: u64,
+    last_epoch: u64,
+    tokens: Box<dyn TokenSource>,
+}
+
+impl Sessions {
+    /// No instances yet; tokens from `tokens`.
+    pub fn new(tokens: Box<dyn TokenSource>) -> Self {
+        Self {
+            instances: HashMap::new(),
+            sessions: HashMap::new(),
+            next_session: 1,
+            last_epoch: 0,
+            tokens,
+        }
+    }
+
+    /// Takes `conn`'s registration; returns what to send (nothing while the round waits).
+    pub fn register(&mut self, conn: ConnId, reg: Register, now: Instant) -> Vec<Event> {
+        if let Err(refusal) = check_alone(&reg) {
+            return vec![Event::Refused { conn, refusal }];
+        }
+        let inst = self.instances.entry(reg.instance.clone()).or_default();
+        if let Some(p) = inst
+            .pending
+            .iter()
+            .find(|p| p.reg.role == reg.role && p.reg.rank == reg.rank)
+        {
+            let refusal = Refusal::new(
+                ErrorCode::SealRefused,
+                format!(
+                    "{} registered twice for instance {:?} (first on connection {})",
+                    who(&reg),
+                    reg.instance,
+                    p.conn
+                ),
+            );
+            return vec![Event::Refused { conn, refusal }];
+        }
+        if inst.pending.is_empty() {
+            inst.deadline = Some(now + Duration::from_millis(u64::from(reg.seal_timeout_ms)));
+        }
+        inst.pending.push(Pending { conn, reg });
+        let first = &inst.pending[0].reg;
+        let complete = inst.pending.iter().any(|p| p.reg.role == Role::Scheduler)
+            && (0..first.workers).all(|r| {
+                inst.pending
+                    .iter()
+                    .any(|p| p.reg.role == Role::Worker && p.reg.rank == r)
+            });
+        if !complete {
+            return Vec::new();
+        }
+        let round = std::mem::take(&mut inst.pending);
+        inst.deadline = None;
+        match seal(&round) {
+            Err(refusal) => round
+                .iter()
+                .map(|p| Event::Refused {
+                    conn: p.conn,
+                    refusal: refusal.clone(),
+                })
+                .collect(),
+            Ok((namespace, domain, layout, contract)) => {
+                let epoch = next_epoch(self.last_epoch);
+                self.last_epoch = epoch;
+                let name = round[0].reg.instance.clone();
+                let workers = round[0].reg.workers;
+                if let Some(inst) = self.instances.get_mut(&name) {
+                    inst.current = Some(epoch);
+                }
+                let sealed = Arc::new(SealedInstance {
+                    name,
+                    epoch,
+                    namespace,
+                    domain,
+                    layout,
+                    contract,
+                    workers,
+                });
+                // No random source means no safe tokens: refuse rather than issue guessable ones.
+                let tokens: std::io::Result<Vec<Token>> =
+                    round.iter().map(|_| self.tokens.token()).collect();
+                let tokens = match tokens {
+                    Ok(t) => t,
+                    Err(e) => {
+                        let refusal =
+                            Refusal::new(ErrorCode::Internal, format!("no session token: {e}"));
+                        return round
+                            .iter()
+                            .map(|p| Event::Refused {
+                                conn: p.conn,
+                                refusal: refusal.clone(),
+                            })
+                            .collect();
+                    }
+                };
+                let mut events = Vec::with_capacity(round.len());
+                for (p, token) in round.into_iter().zip(tokens) {
+                    let id = self.next_session;
+                    self.next_session += 1;
+                    self.sessions.insert(
+                        token,
+                        Session {
+                            id,
+                            conn: p.conn,
+                            role: p.reg.role,
+                            rank: p.reg.rank,
+                            instance: sealed.clone(),
+                        },
+                    );
+                    events.push(Event::Sealed {
+                        conn: p.conn,
+                        reply: Message::Sealed {
+                            session: id,
+                            epoch,
+                            namespace: namespace.0,
+                            token,
+                        },
+                    });
+                }
+                events
+            }
+        }
+    }
+
+    /// Times out rounds whose deadline has passed: every rank of such a round is refused,
+    /// the missing ranks named.
+    pub fn expire(&mut self, now: Instant) -> Vec<Event> {
+        let mut events = Vec::new();
+        for inst in self.instances.values_mut() {
+            if inst.deadline.is_none_or(|d| now < d) || inst.pending.is_empty() {
+                continue;
+            }
+            let round = std::mem::take(&mut inst.pending);
+            inst.deadline = None;
+            let first = &round[0].reg;
+            let mut missing = Vec::new();
+            if !round.iter().any(|p| p.reg.role == Role::Scheduler) {
+                missing.push("the scheduler".to_owned());
+            }
+            for r in 0..first.workers {
+                if !round
+                    .iter()
+                    .any(|p| p.reg.role == Role::Worker && p.reg.rank == r)
+                {
+                    missing.push(format!("worker {r}"));
+                }
+            }
+            let refusal = Refusal::new(
+                ErrorCode::SealTimeout,
+                format!(
+                    "instance {:?} did not seal within {} ms: {} never registered",
+                    first.instance,
+                    first.seal_timeout_ms,
+                    missing.join(", ")
+                ),
+            );
+            events.extend(round.iter().map(|p| Event::Refused {
+                conn: p.conn,
+                refusal: refusal.clone(),
+            }));
+        }
+        events
+    }
+
+    /// The earliest deadline of a round in progress, for the server's timer.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.instances.values().filter_map(|i| i.deadline).min()
+    }
+
+    /// Forgets `conn`: its pending registration and its sessions. Returns the sessions it held.
+    pub fn disconnect(&mut self, conn: ConnId) -> Vec<Session> {
+        for inst in self.instances.values_mut() {
+            inst.pending.retain(|p| p.conn != conn);
+            if inst.pending.is_empty() {
+                inst.deadline = None;
+            }
+        }
+        let gone: Vec<Token> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.conn == conn)
+            .map(|(t, _)| *t)
+            .collect();
+        gone.iter()
+            .filter_map(|t| self.sessions.remove(t))
+            .collect()
+    }
+
+    /// The session a request under `token` and `epoch` belongs to: refused when the token is
+    /// unknown (or forged), or when the epoch is not the one its instance sealed last.
+    pub fn check(&self, token: &Token, epoch: u64) -> Result<&Session, Refusal> {
+        let s = self
+            .sessions
+            .get(token)
+            .ok_or_else(|| Refusal::new(ErrorCode::BadToken, "unknown session token"))?;
+        let current = self
+            .instances
+            .get(&s.instance.name)
+            .and_then(|i| i.current)
+            .unwrap_or(0);
+        if epoch != s.instance.epoch || epoch != current {
+            return Err(Refusal::new(
+                ErrorCode::StaleEpoch,
+                format!(
+                    "epoch {epoch} is not instance {:?}'s current epoch {current}",
+                    s.instance.name
+                ),
+            ));
+        }
+        Ok(s)
+    }
+}
+
+/// An epoch above `last`, also above any epoch of an earlier daemon run (milliseconds since
+/// 1970, or the next integer when several seal within one millisecond).
+fn next_epoch(last: u64) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    now.max(last + 1)
+}
+
+fn who(reg: &Register) -> String {
+    match reg.role {
+        Role::Scheduler => "the scheduler".to_owned(),
+        Role::Worker => format!("worker {}", reg.rank),
+    }
+}
+
+/// Checks one registration on its own.
+fn check_alone(reg: &Register) -> Result<(), Refusal> {
+    let bad = |d: String| Err(Refusal::new(ErrorCode::SealRefused, d));
+    if reg.workers == 0 {
+        return bad("an instance declares at least one worker rank".into());
+    }
+    match reg.role {
+        Role::Scheduler if reg.rank != 0 => bad("the scheduler registers as rank 0".into()),
+        Role::Scheduler if !reg.formats.is_empty() => {
+            bad("the scheduler registers no state formats of its own".into())
+        }
+        Role::Worker if reg.rank >= reg.workers => bad(format!(
+            "worker rank {} is not below the declared {} workers",
+            reg.rank, reg.workers
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn short(b: &[u8]) -> String {
+    let digest = orbitkv_state::hex::encode(&b[..b.len().min(8)]);
+    format!("{digest}… ({} bytes)", b.len())
+}
+
+/// Checks that a complete round agrees, and derives the instance's namespace and contract.
+fn seal(
+    round: &[Pending],
+) -> Result<(Namespace, HashDomain, StorageLayout, RecoveryContract), Refusal> {
+    let refuse = |d: String| Refusal::new(ErrorCode::SealRefused, d);
+    let first = &round[0].reg;
+    for p in &round[1..] {
+        let r = &p.reg;
+        let differ = |field: &str, a: String, b: String| {
+            Err(refuse(format!(
+                "the ranks disagree on {field}: {} says {a}, {} says {b}",
+                who(first),
+                who(r)
+            )))
+        };
+        if r.identity != first.identity {
+            return differ(
+                "the computation identity",
+                ComputationIdentity::from_digest(first.identity).to_string(),
+                ComputationIdentity::from_digest(r.identity).to_string(),
+            );
+        }
+        if r.domain != first.domain {
+            return differ(
+                "the hash domain",
+                first.domain.to_string(),
+                r.domain.to_string(),
+            );
+        }
+        if r.workers != first.workers {
+            return differ(
+                "the number of workers",
+                first.workers.to_string(),
+                r.workers.to_string(),
+            );
+        }
+        if r.scope != first.scope {
+            return differ(
+                "the cache scope",
+                format!("{:?}", first.scope),
+                format!("{:?}", r.scope),
+            );
+        }
+        if r.layout != first.layout {
+            return differ("the storage layout", short(&first.layout), short(&r.layout));
+        }
+        if r.rules != first.rules {
+            return differ(
+                "the recovery rules",
+                format!("{:?}", first.rules),
+                format!("{:?}", r.rules),
+            );
+        }
+    }
+    let layout = StorageLayout::decode(&first.layout)
+        .map_err(|e| refuse(format!("the storage layout: {e}")))?;
+    let world = layout
+        .parallel()
+        .world()
+        .map_err(|e| refuse(format!("the parallel shape: {e}")))?;
+    if world != first.workers {
+        return Err(refuse(format!(
+            "the layout's parallel shape has {world} ranks but the instance declares {} workers",
+            first.workers
+        )));
+    }
+    // Each worker's own formats are the layout's for its rank.
+    for p in round.iter().filter(|p| p.reg.role == Role::Worker) {
+        let r = &p.reg;
+        if r.formats.len() != layout.groups().len() {
+            return Err(refuse(format!(
+                "worker {} registered {} state formats for {} cache groups",
+                r.rank,
+                r.formats.len(),
+                layout.groups().len()
+            )));
+        }
+        for (g, bytes) in layout.groups().iter().zip(&r.formats) {
+            let own = StateFormat::decode(bytes)
+                .map_err(|e| refuse(format!("worker {} group {}: {e}", r.rank, g.id.0)))?;
+            let expected = g
+                .formats
+                .iter()
+                .find(|f| f.rank == RankSpec::Rank(r.rank) || f.rank == RankSpec::Replicated);
+            if expected != Some(&own) {
+                return Err(refuse(format!(
+                    "worker {}'s state format for cache group {} differs from the layout's",
+                    r.rank, g.id.0
+                )));
+            }
+        }
+    }
+    let scope = if first.scope.is_empty() {
+        None
+    } else {
+        Some(CacheScope::new(&first.scope).map_err(|e| refuse(format!("the cache scope: {e}")))?)
+    };
+    let identity = ComputationIdentity::from_digest(first.identity);
+    let namespace = Namespace::derive(&identity, &layout, scope.as_ref());
+    let rules: Vec<(CacheGroupId, orbitkv_state::Rule)> = first
+        .rules
+        .iter()
+        .map(|(g, r)| (CacheGroupId(*g), *r))
+        .collect();
+    let contract = RecoveryContract::compile(namespace, first.domain, &layout, &rules)
+        .map_err(|e| refuse(format!("the recovery rules: {e}")))?;
+    Ok((namespace, first.domain, layout, contract))
+}

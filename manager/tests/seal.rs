@@ -1,0 +1,338 @@
+//! The seal: an instance seals only when its scheduler and every declared worker registered and
+//! agree; any one differing field refuses every rank with a reason naming it; a missing rank
+//! times the seal out; re-registering gives a new epoch and the old one is refused.
+
+use std::time::{Duration, Instant};
+
+use orbitkv_manager::protocol::message::{Register, Token};
+use orbitkv_manager::protocol::{ErrorCode, Message, Role};
+use orbitkv_manager::session::{Event, Sessions, TokenSource};
+use orbitkv_state::{
+    Axis, CacheGroupId, CacheGroupSpec, Component, Dim, EngineKind, HashDomain, HeadShape, ImplTag,
+    Label, ParallelShape, RankSpec, Rule, StateFormat, StorageLayout,
+};
+
+/// Deterministic distinct tokens.
+struct Counter(u8);
+
+impl TokenSource for Counter {
+    fn token(&mut self) -> std::io::Result<Token> {
+        self.0 += 1;
+        Ok([self.0; 32])
+    }
+}
+
+fn label(v: &str) -> Label {
+    Label::new("test", v).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn format(rank: u32, dtype: &str) -> StateFormat {
+    StateFormat {
+        dtype: label(dtype),
+        kv_quant: label("none"),
+        block_tokens: 16,
+        layers: 2,
+        layout: vec![
+            Axis {
+                dim: Dim::Layer,
+                extent: 2,
+                stride: 16 * 4 * 2,
+            },
+            Axis {
+                dim: Dim::Token,
+                extent: 16,
+                stride: 4 * 2,
+            },
+            Axis {
+                dim: Dim::HeadDim,
+                extent: 4,
+                stride: 2,
+            },
+        ],
+        heads: HeadShape {
+            kv_heads: 1,
+            head_size_k: 4,
+            head_size_v: 4,
+        },
+        parallel: ParallelShape {
+            tensor: 2,
+            pipeline: 1,
+            context: 1,
+        },
+        rank: RankSpec::Rank(rank),
+        compat: ImplTag {
+            engine: EngineKind::Vllm,
+            release: label("0.33.0"),
+            attention_backend: label("flash_attn"),
+        },
+    }
+}
+
+fn layout(block_tokens: u32) -> StorageLayout {
+    let mut f0 = format(0, "bfloat16");
+    let mut f1 = format(1, "bfloat16");
+    f0.block_tokens = block_tokens;
+    f1.block_tokens = block_tokens;
+    StorageLayout::new(
+        f0.parallel,
+        vec![CacheGroupSpec {
+            id: CacheGroupId(0),
+            component: Component::DenseKv,
+            block_tokens,
+            page_bytes: 256,
+            formats: vec![f0, f1],
+        }],
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn reg(role: Role, rank: u32) -> Register {
+    let l = layout(16);
+    let formats = match role {
+        Role::Scheduler => vec![],
+        Role::Worker => vec![
+            format(rank, "bfloat16")
+                .encode()
+                .unwrap_or_else(|e| panic!("{e}")),
+        ],
+    };
+    Register {
+        instance: "engine-a".into(),
+        role,
+        rank,
+        workers: 2,
+        identity: [0x11; 32],
+        domain: HashDomain::VllmSha256Cbor,
+        layout: l.encode().to_vec(),
+        rules: vec![(0, Rule::Prefix)],
+        scope: String::new(),
+        formats,
+        seal_timeout_ms: 1000,
+    }
+}
+
+/// A change made to one rank's registration.
+type Change = Box<dyn Fn(&mut Register)>;
+
+fn sessions() -> Sessions {
+    Sessions::new(Box::new(Counter(0)))
+}
+
+/// Registers the scheduler and both workers (connections 1, 2, 3), `change` applied to the one
+/// `which` names; returns the events of the last registration.
+fn round(
+    s: &mut Sessions,
+    now: Instant,
+    change: impl Fn(&mut Register),
+    which: usize,
+) -> Vec<Event> {
+    let mut regs = vec![
+        reg(Role::Scheduler, 0),
+        reg(Role::Worker, 0),
+        reg(Role::Worker, 1),
+    ];
+    change(&mut regs[which]);
+    let mut last = Vec::new();
+    for (i, r) in regs.into_iter().enumerate() {
+        last = s.register(i as u64 + 1, r, now);
+        if i < 2 {
+            assert!(last.is_empty(), "sealed before every rank registered");
+        }
+    }
+    last
+}
+
+fn sealed(events: &[Event]) -> Vec<(u64, u64, [u8; 32], Token)> {
+    events
+        .iter()
+        .map(|e| match e {
+            Event::Sealed {
+                conn,
+                reply:
+                    Message::Sealed {
+                        epoch,
+                        namespace,
+                        token,
+                        ..
+                    },
+            } => (*conn, *epoch, *namespace, *token),
+            other => panic!("not sealed: {other:?}"),
+        })
+        .collect()
+}
+
+fn refused(events: &[Event]) -> Vec<(u64, ErrorCode, String)> {
+    events
+        .iter()
+        .map(|e| match e {
+            Event::Refused { conn, refusal } => (*conn, refusal.code, refusal.detail.clone()),
+            other => panic!("not refused: {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn agreeing_ranks_seal_together() {
+    let mut s = sessions();
+    let now = Instant::now();
+    let out = sealed(&round(&mut s, now, |_| {}, 0));
+    assert_eq!(out.len(), 3);
+    let (epoch, ns) = (out[0].1, out[0].2);
+    assert!(
+        out.iter().all(|x| x.1 == epoch && x.2 == ns),
+        "one epoch and namespace"
+    );
+    let mut tokens: Vec<Token> = out.iter().map(|x| x.3).collect();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 3, "a token per rank");
+    for (conn, _, _, token) in &out {
+        let sess = s.check(token, epoch).unwrap_or_else(|r| panic!("{r:?}"));
+        assert_eq!(sess.conn, *conn);
+    }
+    // A forged token, and the right token with another epoch, are refused.
+    assert_eq!(
+        s.check(&[0xEE; 32], epoch).map(|_| ()).unwrap_err().code,
+        ErrorCode::BadToken
+    );
+    assert_eq!(
+        s.check(&out[0].3, epoch + 1).map(|_| ()).unwrap_err().code,
+        ErrorCode::StaleEpoch
+    );
+}
+
+#[test]
+fn any_differing_field_refuses_every_rank_and_names_the_field() {
+    let now = Instant::now();
+    let cases: Vec<(&str, Change)> = vec![
+        ("computation identity", Box::new(|r| r.identity[0] ^= 1)),
+        (
+            "hash domain",
+            Box::new(|r| r.domain = HashDomain::SglangSha256),
+        ),
+        ("number of workers", Box::new(|r| r.workers = 3)),
+        ("cache scope", Box::new(|r| r.scope = "tenant-b".into())),
+        (
+            "storage layout",
+            Box::new(|r| r.layout = layout(32).encode().to_vec()),
+        ),
+        (
+            "recovery rules",
+            Box::new(|r| r.rules = vec![(0, Rule::Undefined)]),
+        ),
+    ];
+    for (field, change) in cases {
+        for which in [1, 2] {
+            let mut s = sessions();
+            let out = refused(&round(&mut s, now, &change, which));
+            assert_eq!(out.len(), 3, "{field}: every rank refused");
+            for (_, code, detail) in &out {
+                assert_eq!(*code, ErrorCode::SealRefused, "{field}");
+                assert!(detail.contains(field), "{field}: {detail}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_workers_own_format_must_be_the_layouts() {
+    let mut s = sessions();
+    let out = refused(&round(
+        &mut s,
+        Instant::now(),
+        |r| {
+            r.formats = vec![
+                format(1, "float16")
+                    .encode()
+                    .unwrap_or_else(|e| panic!("{e}")),
+            ]
+        },
+        2,
+    ));
+    assert!(out.iter().all(|(_, c, d)| *c == ErrorCode::SealRefused
+        && d.contains("worker 1")
+        && d.contains("cache group 0")));
+}
+
+#[test]
+fn a_rank_that_never_arrives_times_the_seal_out() {
+    let mut s = sessions();
+    let now = Instant::now();
+    assert!(s.register(1, reg(Role::Scheduler, 0), now).is_empty());
+    assert!(s.register(2, reg(Role::Worker, 0), now).is_empty());
+    assert_eq!(s.next_deadline(), Some(now + Duration::from_millis(1000)));
+    assert!(s.expire(now + Duration::from_millis(999)).is_empty());
+    let out = refused(&s.expire(now + Duration::from_millis(1000)));
+    assert_eq!(out.len(), 2);
+    for (_, code, detail) in &out {
+        assert_eq!(*code, ErrorCode::SealTimeout);
+        assert!(detail.contains("worker 1"), "{detail}");
+    }
+    assert_eq!(s.next_deadline(), None);
+}
+
+#[test]
+fn re_registration_gets_a_new_epoch_and_the_old_one_is_refused() {
+    let mut s = sessions();
+    let now = Instant::now();
+    let first = sealed(&round(&mut s, now, |_| {}, 0));
+    // The engine restarts: its ranks register again (new connections).
+    let mut regs = vec![
+        reg(Role::Scheduler, 0),
+        reg(Role::Worker, 0),
+        reg(Role::Worker, 1),
+    ];
+    let mut last = Vec::new();
+    for (i, r) in regs.drain(..).enumerate() {
+        last = s.register(10 + i as u64, r, now);
+    }
+    let second = sealed(&last);
+    assert!(second[0].1 > first[0].1, "a new, larger epoch");
+    assert_eq!(second[0].2, first[0].2, "the same namespace: same identity");
+    assert_eq!(
+        s.check(&first[0].3, first[0].1)
+            .map(|_| ())
+            .unwrap_err()
+            .code,
+        ErrorCode::StaleEpoch
+    );
+    assert!(s.check(&second[0].3, second[0].1).is_ok());
+}
+
+#[test]
+fn duplicates_bad_ranks_and_disconnects() {
+    let mut s = sessions();
+    let now = Instant::now();
+    assert!(s.register(1, reg(Role::Worker, 0), now).is_empty());
+    let dup = refused(&s.register(2, reg(Role::Worker, 0), now));
+    assert!(dup[0].2.contains("registered twice"), "{}", dup[0].2);
+    let mut bad = reg(Role::Worker, 1);
+    bad.rank = 5;
+    assert!(refused(&s.register(3, bad, now))[0].2.contains("not below"));
+    // The worker disconnects before the seal: a new worker 0 may take its place.
+    s.disconnect(1);
+    assert!(s.register(4, reg(Role::Scheduler, 0), now).is_empty());
+    assert!(s.register(5, reg(Role::Worker, 0), now).is_empty());
+    let out = sealed(&s.register(6, reg(Role::Worker, 1), now));
+    let conns: Vec<u64> = out.iter().map(|x| x.0).collect();
+    assert_eq!(conns, vec![4, 5, 6]);
+    // A sealed rank's disconnect ends its session.
+    let gone = s.disconnect(5);
+    assert_eq!(gone.len(), 1);
+    assert_eq!(
+        s.check(&out[1].3, out[1].1).map(|_| ()).unwrap_err().code,
+        ErrorCode::BadToken
+    );
+}
+
+#[test]
+fn a_layout_whose_shape_does_not_match_the_workers_is_refused() {
+    let mut s = sessions();
+    let now = Instant::now();
+    let mut regs = vec![reg(Role::Scheduler, 0), reg(Role::Worker, 0)];
+    for r in &mut regs {
+        r.workers = 1;
+    }
+    assert!(s.register(1, regs[0].clone(), now).is_empty());
+    let out = refused(&s.register(2, regs[1].clone(), now));
+    assert!(out[0].2.contains("2 ranks"), "{}", out[0].2);
+}
