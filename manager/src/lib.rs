@@ -3,5 +3,10 @@
 //! and the seal (agreement of every rank, epochs, tokens, timeouts). The daemon (Query / Acquire
 //! / Load / Publish / Release, the control socket, metrics) and the client build on them.
 
+pub mod client;
+pub mod metrics;
+pub mod peer;
 pub mod protocol;
+pub mod server;
 pub mod session;
+pub mod sim;

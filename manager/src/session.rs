@@ -87,6 +87,12 @@ pub struct SealedInstance {
     pub contract: RecoveryContract,
     /// Declared worker ranks.
     pub workers: u32,
+    /// The computation identity.
+    pub identity: ComputationIdentity,
+    /// The model's name, for operators.
+    pub model: String,
+    /// Its revision, for operators.
+    pub revision: String,
 }
 
 /// One rank's session.
@@ -208,6 +214,8 @@ impl Sessions {
                 self.last_epoch = epoch;
                 let name = round[0].reg.instance.clone();
                 let workers = round[0].reg.workers;
+                let (model, revision) = (round[0].reg.model.clone(), round[0].reg.revision.clone());
+                let identity = ComputationIdentity::from_digest(round[0].reg.identity);
                 if let Some(inst) = self.instances.get_mut(&name) {
                     inst.current = Some(epoch);
                 }
@@ -219,6 +227,9 @@ impl Sessions {
                     layout,
                     contract,
                     workers,
+                    identity,
+                    model,
+                    revision,
                 });
                 // No random source means no safe tokens: refuse rather than issue guessable ones.
                 let tokens: std::io::Result<Vec<Token>> =
@@ -330,6 +341,16 @@ impl Sessions {
             .collect()
     }
 
+    /// The session held on connection `conn`, if any.
+    pub fn session_of(&self, conn: ConnId) -> Option<&Session> {
+        self.sessions.values().find(|s| s.conn == conn)
+    }
+
+    /// Sessions now.
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
     /// The session a request under `token` and `epoch` belongs to: refused when the token is
     /// unknown (or forged), or when the epoch is not the one its instance sealed last.
     pub fn check(&self, token: &Token, epoch: u64) -> Result<&Session, Refusal> {
@@ -416,6 +437,13 @@ fn seal(
                 "the computation identity",
                 ComputationIdentity::from_digest(first.identity).to_string(),
                 ComputationIdentity::from_digest(r.identity).to_string(),
+            );
+        }
+        if (&r.model, &r.revision) != (&first.model, &first.revision) {
+            return differ(
+                "the model name and revision",
+                format!("{:?} {:?}", first.model, first.revision),
+                format!("{:?} {:?}", r.model, r.revision),
             );
         }
         if r.domain != first.domain {

@@ -63,6 +63,8 @@ fn every_message() -> Vec<Message> {
             rank: 1,
             workers: 2,
             identity: [5; 32],
+            model: "org/tiny".into(),
+            revision: "main".into(),
             domain: HashDomain::VllmSha256Cbor,
             layout: vec![1, 2, 3],
             rules: vec![

@@ -7,10 +7,8 @@ use std::time::{Duration, Instant};
 use orbitkv_manager::protocol::message::{Register, Token};
 use orbitkv_manager::protocol::{ErrorCode, Message, Role};
 use orbitkv_manager::session::{Event, Sessions, TokenSource};
-use orbitkv_state::{
-    Axis, CacheGroupId, CacheGroupSpec, Component, Dim, EngineKind, HashDomain, HeadShape, ImplTag,
-    Label, ParallelShape, RankSpec, Rule, StateFormat, StorageLayout,
-};
+use orbitkv_manager::sim::SimInstance;
+use orbitkv_state::{HashDomain, Rule, StateFormat, StorageLayout};
 
 /// Deterministic distinct tokens.
 struct Counter(u8);
@@ -22,93 +20,28 @@ impl TokenSource for Counter {
     }
 }
 
-fn label(v: &str) -> Label {
-    Label::new("test", v).unwrap_or_else(|e| panic!("{e}"))
+fn sim() -> SimInstance {
+    let mut s = SimInstance::new("engine-a", 2);
+    s.seal_timeout_ms = 1000;
+    s
 }
 
 fn format(rank: u32, dtype: &str) -> StateFormat {
-    StateFormat {
-        dtype: label(dtype),
-        kv_quant: label("none"),
-        block_tokens: 16,
-        layers: 2,
-        layout: vec![
-            Axis {
-                dim: Dim::Layer,
-                extent: 2,
-                stride: 16 * 4 * 2,
-            },
-            Axis {
-                dim: Dim::Token,
-                extent: 16,
-                stride: 4 * 2,
-            },
-            Axis {
-                dim: Dim::HeadDim,
-                extent: 4,
-                stride: 2,
-            },
-        ],
-        heads: HeadShape {
-            kv_heads: 1,
-            head_size_k: 4,
-            head_size_v: 4,
-        },
-        parallel: ParallelShape {
-            tensor: 2,
-            pipeline: 1,
-            context: 1,
-        },
-        rank: RankSpec::Rank(rank),
-        compat: ImplTag {
-            engine: EngineKind::Vllm,
-            release: label("0.33.0"),
-            attention_backend: label("flash_attn"),
-        },
-    }
+    let mut s = sim();
+    s.dtype = dtype.to_owned();
+    s.format(rank).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn layout(block_tokens: u32) -> StorageLayout {
-    let mut f0 = format(0, "bfloat16");
-    let mut f1 = format(1, "bfloat16");
-    f0.block_tokens = block_tokens;
-    f1.block_tokens = block_tokens;
-    StorageLayout::new(
-        f0.parallel,
-        vec![CacheGroupSpec {
-            id: CacheGroupId(0),
-            component: Component::DenseKv,
-            block_tokens,
-            page_bytes: 256,
-            formats: vec![f0, f1],
-        }],
-    )
-    .unwrap_or_else(|e| panic!("{e}"))
+    let mut s = sim();
+    s.block_tokens = block_tokens;
+    s.layout().unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn reg(role: Role, rank: u32) -> Register {
-    let l = layout(16);
-    let formats = match role {
-        Role::Scheduler => vec![],
-        Role::Worker => vec![
-            format(rank, "bfloat16")
-                .encode()
-                .unwrap_or_else(|e| panic!("{e}")),
-        ],
-    };
-    Register {
-        instance: "engine-a".into(),
-        role,
-        rank,
-        workers: 2,
-        identity: [0x11; 32],
-        domain: HashDomain::VllmSha256Cbor,
-        layout: l.encode().to_vec(),
-        rules: vec![(0, Rule::Prefix)],
-        scope: String::new(),
-        formats,
-        seal_timeout_ms: 1000,
-    }
+    sim()
+        .registration(role, rank)
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A change made to one rank's registration.

@@ -85,6 +85,8 @@ enum Command {
     Compact(cmd::store::CompactArgs),
     /// Retire a namespace: none of its older records is served again.
     Retire(cmd::store::RetireArgs),
+    /// Run the cache manager daemon on this node (embedded defaults; SIGTERM stops it cleanly).
+    Serve(cmd::serve::ServeArgs),
 }
 
 fn init_logging() -> Result<(), Failure> {
@@ -119,6 +121,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Inspect(a) => cmd::store::inspect(&a, &out),
         Command::Compact(a) => cmd::store::compact(&a, &out),
         Command::Retire(a) => cmd::store::retire(&a, &out),
+        Command::Serve(a) => cmd::serve::run(&a, &out),
     }
 }
 

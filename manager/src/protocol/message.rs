@@ -39,6 +39,10 @@ pub struct Register {
     pub workers: u32,
     /// The computation identity digest.
     pub identity: [u8; 32],
+    /// The model's name or directory, for operators (`inspect`); not part of the identity.
+    pub model: String,
+    /// Its hub revision or artifacts digest, for operators.
+    pub revision: String,
     /// The engine's prefix-hash scheme.
     pub domain: HashDomain,
     /// The instance's storage layout, in its canonical encoding (docs/format.md).
@@ -632,10 +636,12 @@ impl Message {
                 })
                 .u32(g.rank)
                 .u32(g.workers)
-                .raw(&g.identity)
-                .u8(g.domain.code())
-                .bytes32(&g.layout)
-                .u32(g.rules.len() as u32);
+                .raw(&g.identity);
+                name(&mut w, &g.model);
+                name(&mut w, &g.revision);
+                w.u8(g.domain.code())
+                    .bytes32(&g.layout)
+                    .u32(g.rules.len() as u32);
                 for (group, rule) in &g.rules {
                     let (k, param) = match rule {
                         Rule::Prefix => (0, 0),
@@ -759,6 +765,8 @@ impl Message {
                 let rank = r.u32("rank")?;
                 let workers = r.u32("workers")?;
                 let identity = r.array("identity")?;
+                let model = read_name(r, "model")?;
+                let revision = read_name(r, "revision")?;
                 let domain = HashDomain::from_code(r.u8("hash domain")?).map_err(|e| {
                     ProtocolError::BadField {
                         what: "hash domain",
@@ -798,6 +806,8 @@ impl Message {
                     rank,
                     workers,
                     identity,
+                    model,
+                    revision,
                     domain,
                     layout,
                     rules,

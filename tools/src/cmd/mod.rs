@@ -4,4 +4,5 @@ pub mod bench;
 pub mod hash;
 pub mod identity;
 pub mod replay;
+pub mod serve;
 pub mod store;

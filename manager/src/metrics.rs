@@ -1,0 +1,191 @@
+//! The daemon's metrics, rendered in the Prometheus text exposition format.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use orbitkv_store::stats::StatsSnapshot;
+
+/// Counters and gauges the daemon keeps.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Connections accepted.
+    pub connections: AtomicU64,
+    /// Connections refused by peer credentials.
+    pub refused_peers: AtomicU64,
+    /// Frames refused as malformed.
+    pub malformed: AtomicU64,
+    /// Instances sealed.
+    pub seals: AtomicU64,
+    /// Registrations refused (disagreement, timeout, bad rank).
+    pub seal_refusals: AtomicU64,
+    /// Requests refused for a bad token or a stale epoch.
+    pub refused_tokens: AtomicU64,
+}
+
+/// Adds one to a counter.
+pub fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+fn counter(out: &mut String, name: &str, help: &str, v: u64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+    );
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, v: u64) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+}
+
+impl Metrics {
+    /// The text exposition of every metric, the store's included.
+    pub fn render(&self, sessions: u64, store: &StatsSnapshot) -> String {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let mut o = String::new();
+        counter(
+            &mut o,
+            "orbitkv_connections_total",
+            "Connections accepted.",
+            g(&self.connections),
+        );
+        counter(
+            &mut o,
+            "orbitkv_refused_peers_total",
+            "Connections refused by peer credentials.",
+            g(&self.refused_peers),
+        );
+        counter(
+            &mut o,
+            "orbitkv_malformed_messages_total",
+            "Messages refused as malformed.",
+            g(&self.malformed),
+        );
+        counter(
+            &mut o,
+            "orbitkv_seals_total",
+            "Engine instances sealed.",
+            g(&self.seals),
+        );
+        counter(
+            &mut o,
+            "orbitkv_seal_refusals_total",
+            "Registrations refused (disagreement, timeout, bad rank).",
+            g(&self.seal_refusals),
+        );
+        counter(
+            &mut o,
+            "orbitkv_refused_tokens_total",
+            "Requests refused for an unknown token or a stale epoch.",
+            g(&self.refused_tokens),
+        );
+        gauge(
+            &mut o,
+            "orbitkv_sessions",
+            "Sessions of sealed instances.",
+            sessions,
+        );
+        counter(
+            &mut o,
+            "orbitkv_store_puts_total",
+            "Bundles put.",
+            store.puts,
+        );
+        counter(
+            &mut o,
+            "orbitkv_store_put_bytes_total",
+            "Payload bytes put.",
+            store.put_bytes,
+        );
+        counter(
+            &mut o,
+            "orbitkv_store_checksum_failures_total",
+            "Records that failed verification on read (each a miss).",
+            store.checksum_failures,
+        );
+        counter(
+            &mut o,
+            "orbitkv_store_refused_puts_total",
+            "Puts refused (no space, failed disk, capacity).",
+            store.refused_puts,
+        );
+        counter(
+            &mut o,
+            "orbitkv_store_lost_records_total",
+            "Accepted records lost to a failed write or fsync before they were durable.",
+            store.lost_records,
+        );
+        gauge(
+            &mut o,
+            "orbitkv_store_quarantined_segments",
+            "Segments quarantined after read errors.",
+            store.quarantined_segments,
+        );
+        o
+    }
+}
+
+/// A minimal HTTP exporter: `GET /metrics` answers the text of `source()`; anything else 404.
+pub struct Exporter {
+    addr: std::net::SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Exporter {
+    /// Listens on `addr` (`127.0.0.1:0` picks a free port) and serves until dropped.
+    pub fn start(
+        addr: &str,
+        source: impl Fn() -> String + Send + 'static,
+    ) -> std::io::Result<Self> {
+        use std::io::{BufRead, BufReader, Write as _};
+        let listener = std::net::TcpListener::bind(addr)?;
+        let local = listener.local_addr()?;
+        listener.set_nonblocking(true)?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::Acquire) {
+                let Ok((mut s, _)) = listener.accept() else {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    continue;
+                };
+                let _ = s.set_nonblocking(false);
+                let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+                let mut line = String::new();
+                let ok = BufReader::new(&s).read_line(&mut line).is_ok();
+                let path = line.split_whitespace().nth(1).unwrap_or("");
+                let response = if ok && line.starts_with("GET ") && path == "/metrics" {
+                    let body = source();
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                } else {
+                    "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        .to_owned()
+                };
+                let _ = s.write_all(response.as_bytes());
+            }
+        });
+        Ok(Self {
+            addr: local,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,512 @@
+//! The control plane: a Unix-socket server. Each connection is served by its own thread reading
+//! length-framed messages ([`crate::protocol`]); replies go back on the same connection, and a
+//! seal's replies to every rank of the instance. A frame that does not decode is answered with
+//! an `Error` and the connection closed; the daemon and its other clients carry on.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use orbitkv_gpu_bridge::fdpass::recv_with_fd;
+use orbitkv_state::{RankSpec, StorageLayout};
+use orbitkv_store::StateStore;
+use orbitkv_wal::NamespaceInfo;
+
+use crate::metrics::{Metrics, inc};
+use crate::peer::{PeerPolicy, peer_cred};
+use crate::protocol::frame::ReadError;
+use crate::protocol::{DEFAULT_MAX_BODY, ErrorCode, Message, read_frame};
+use crate::session::{ConnId, Event, OsRandom, Sessions};
+
+/// Longest socket path `sun_path` holds (108 bytes with the terminating NUL).
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// How the server runs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The socket's path.
+    pub socket: PathBuf,
+    /// Largest message body accepted.
+    pub max_body: u32,
+    /// Who may connect besides the daemon's own user and root.
+    pub peers: PeerPolicy,
+    /// Once a frame's first byte is in, the rest must arrive within this (a client may idle
+    /// between frames as long as it likes).
+    pub frame_timeout: Duration,
+}
+
+impl ServerConfig {
+    /// Defaults for a socket at `socket`.
+    pub fn new(socket: impl Into<PathBuf>) -> Self {
+        Self {
+            socket: socket.into(),
+            max_body: DEFAULT_MAX_BODY,
+            peers: PeerPolicy::default(),
+            frame_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The socket path does not fit `sun_path`.
+    #[error(
+        "socket path {path} is {len} bytes; Unix sockets take at most {MAX_SOCKET_PATH} (choose a shorter --socket)"
+    )]
+    SocketPathTooLong {
+        /// The path.
+        path: PathBuf,
+        /// Its length.
+        len: usize,
+    },
+    /// Another daemon answers on the socket.
+    #[error("another daemon is already serving on {0}")]
+    AlreadyServing(PathBuf),
+    /// An operating-system call failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// On what.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// One client connection's sending side.
+struct Conn {
+    out: Mutex<UnixStream>,
+}
+
+impl Conn {
+    fn send(&self, request: u64, m: &Message) {
+        let Ok(frame) = m.encode_frame(request) else {
+            return;
+        };
+        let mut s = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        // A client that went away is cleaned up by its reading thread.
+        let _ = s.write_all(&frame);
+    }
+}
+
+struct Shared {
+    config: ServerConfig,
+    store: Arc<StateStore>,
+    sessions: Mutex<Sessions>,
+    conns: Mutex<HashMap<ConnId, (Arc<Conn>, u64)>>,
+    next_conn: AtomicU64,
+    stop: AtomicBool,
+    metrics: Metrics,
+}
+
+impl Shared {
+    fn sessions(&self) -> MutexGuard<'_, Sessions> {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends what a registration or a timeout produced; a seal registers the namespace first.
+    fn dispatch(&self, events: Vec<Event>) {
+        for e in events {
+            let (conn, reply) = match e {
+                Event::Sealed { conn, reply } => {
+                    if let Err(refusal) = self.on_sealed(conn) {
+                        (conn, refusal.message())
+                    } else {
+                        inc(&self.metrics.seals);
+                        (conn, reply)
+                    }
+                }
+                Event::Refused { conn, refusal } => {
+                    inc(&self.metrics.seal_refusals);
+                    (conn, refusal.message())
+                }
+            };
+            let target = self
+                .conns
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&conn)
+                .cloned();
+            if let Some((c, request)) = target {
+                c.send(request, &reply);
+            }
+        }
+    }
+
+    /// Registers the sealed instance's namespace in the store (durably, idempotently).
+    fn on_sealed(&self, conn: ConnId) -> Result<(), crate::session::Refusal> {
+        let inst = {
+            let s = self.sessions();
+            s.session_of(conn).map(|x| x.instance.clone())
+        };
+        let Some(inst) = inst else {
+            return Ok(());
+        };
+        let info = namespace_info(&inst.layout, &inst);
+        self.store
+            .register_namespace(inst.namespace, info)
+            .map_err(|e| crate::session::Refusal {
+                code: ErrorCode::Refused,
+                detail: format!("the store could not register the namespace: {e}"),
+            })
+    }
+}
+
+/// The readable summary the store keeps for a namespace.
+fn namespace_info(layout: &StorageLayout, inst: &crate::session::SealedInstance) -> NamespaceInfo {
+    let format = layout.groups().first().and_then(|g| {
+        g.formats
+            .iter()
+            .find(|f| f.rank != RankSpec::Replicated)
+            .or(g.formats.first())
+    });
+    NamespaceInfo {
+        identity: *inst.identity.digest(),
+        layout_digest: layout.digest(),
+        model: inst.model.clone(),
+        revision: inst.revision.clone(),
+        engine: format
+            .map(|f| f.compat.engine.to_string())
+            .unwrap_or_default(),
+        engine_release: format
+            .map(|f| f.compat.release.as_str().to_owned())
+            .unwrap_or_default(),
+        dtype: format
+            .map(|f| f.dtype.as_str().to_owned())
+            .unwrap_or_default(),
+        parallel: layout.parallel(),
+    }
+}
+
+/// Stops a running server from another thread (a signal handler's flag, a test).
+#[derive(Clone)]
+pub struct Stopper(Arc<Shared>);
+
+impl Stopper {
+    /// Asks the server to stop: it stops accepting, closes every connection and returns.
+    pub fn stop(&self) {
+        self.0.stop.store(true, Ordering::Release);
+    }
+}
+
+/// The control-plane server.
+pub struct Server {
+    listener: UnixListener,
+    shared: Arc<Shared>,
+}
+
+impl Server {
+    /// Binds the socket (mode 0660; a stale socket file nobody answers on is replaced).
+    pub fn bind(config: ServerConfig, store: Arc<StateStore>) -> Result<Self, ServeError> {
+        let path = config.socket.clone();
+        let len = path.as_os_str().len();
+        if len > MAX_SOCKET_PATH {
+            return Err(ServeError::SocketPathTooLong { path, len });
+        }
+        let io_err = |what, source| ServeError::Io {
+            what,
+            path: path.clone(),
+            source,
+        };
+        if path.exists() {
+            if UnixStream::connect(&path).is_ok() {
+                return Err(ServeError::AlreadyServing(path));
+            }
+            std::fs::remove_file(&path).map_err(|e| io_err("removing the stale socket", e))?;
+        }
+        let listener = UnixListener::bind(&path).map_err(|e| io_err("binding", e))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))
+            .map_err(|e| io_err("setting the mode of", e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| io_err("configuring", e))?;
+        Ok(Self {
+            listener,
+            shared: Arc::new(Shared {
+                config,
+                store,
+                sessions: Mutex::new(Sessions::new(Box::new(OsRandom))),
+                conns: Mutex::new(HashMap::new()),
+                next_conn: AtomicU64::new(1),
+                stop: AtomicBool::new(false),
+                metrics: Metrics::default(),
+            }),
+        })
+    }
+
+    /// The socket's path.
+    pub fn socket(&self) -> &Path {
+        &self.shared.config.socket
+    }
+
+    /// A handle that stops the server.
+    pub fn stopper(&self) -> Stopper {
+        Stopper(self.shared.clone())
+    }
+
+    /// The metrics text now.
+    pub fn metrics_text(&self) -> String {
+        render(&self.shared)
+    }
+
+    /// A function rendering the metrics, for an exporter thread.
+    pub fn metrics_source(&self) -> impl Fn() -> String + Send + Sync + 'static {
+        let shared = self.shared.clone();
+        move || render(&shared)
+    }
+
+    /// Serves until stopped: accepts connections, runs the seal timer; on stop closes every
+    /// connection, waits for their threads, and removes the socket file.
+    pub fn run(self) -> io::Result<()> {
+        let shared = self.shared.clone();
+        let timer = {
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                while !shared.stop.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(10));
+                    let events = shared.sessions().expire(Instant::now());
+                    shared.dispatch(events);
+                }
+            })
+        };
+        let mut threads: Vec<JoinHandle<()>> = Vec::new();
+        while !shared.stop.load(Ordering::Acquire) {
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    let shared = shared.clone();
+                    threads.push(std::thread::spawn(move || serve_conn(&shared, stream)));
+                    threads.retain(|t| !t.is_finished());
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::error!("accept failed: {e}");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+        // Stop: close every connection (their threads see the end and clean up).
+        for (c, _) in shared
+            .conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            let s = c.out.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        for t in threads {
+            let _ = t.join();
+        }
+        let _ = timer.join();
+        let _ = std::fs::remove_file(&shared.config.socket);
+        Ok(())
+    }
+}
+
+fn render(shared: &Shared) -> String {
+    let sessions = shared.sessions().session_count() as u64;
+    shared.metrics.render(sessions, &shared.store.stats())
+}
+
+/// Reads frames off a socket with `recvmsg`, keeping any descriptor that arrives with them.
+struct FdReader {
+    stream: UnixStream,
+    fds: Vec<OwnedFd>,
+}
+
+impl Read for FdReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let (n, fd) = recv_with_fd(&self.stream, buf)?;
+        if let Some(fd) = fd {
+            self.fds.push(fd);
+        }
+        Ok(n)
+    }
+}
+
+fn serve_conn(shared: &Arc<Shared>, stream: UnixStream) {
+    let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+    inc(&shared.metrics.connections);
+    let (Ok(out), Ok(cred)) = (stream.try_clone(), peer_cred(&stream)) else {
+        return;
+    };
+    let conn = Arc::new(Conn {
+        out: Mutex::new(out),
+    });
+    if !shared.config.peers.allows(&cred) {
+        inc(&shared.metrics.refused_peers);
+        tracing::warn!(
+            uid = cred.uid,
+            pid = cred.pid,
+            "peer refused by credentials"
+        );
+        conn.send(
+            0,
+            &Message::Error {
+                code: ErrorCode::NotPermitted,
+                detail: format!("user {} may not use this daemon", cred.uid),
+            },
+        );
+        return;
+    }
+    shared
+        .conns
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(id, (conn.clone(), 0));
+    let mut reader = FdReader {
+        stream,
+        fds: Vec::new(),
+    };
+    loop {
+        let (header, body) = match read_timed_frame(&mut reader, &shared.config) {
+            Ok(f) => f,
+            Err(ReadError::Io(e)) => {
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) {
+                    inc(&shared.metrics.malformed);
+                    conn.send(
+                        0,
+                        &malformed(format!(
+                            "frame incomplete after {} ms",
+                            shared.config.frame_timeout.as_millis()
+                        )),
+                    );
+                }
+                break;
+            }
+            Err(ReadError::Protocol(e)) => {
+                inc(&shared.metrics.malformed);
+                conn.send(0, &malformed(e.to_string()));
+                break;
+            }
+        };
+        let msg = match Message::decode(header.kind, &body) {
+            Ok(m) => m,
+            Err(e) => {
+                inc(&shared.metrics.malformed);
+                conn.send(header.request, &malformed(e.to_string()));
+                break;
+            }
+        };
+        reader.fds.clear();
+        if !handle(shared, id, &conn, header.request, msg) {
+            break;
+        }
+    }
+    shared.sessions().disconnect(id);
+    shared
+        .conns
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&id);
+}
+
+/// Reads a frame: waits as long as it takes for its first byte, then at most the frame timeout
+/// for the rest.
+fn read_timed_frame(
+    reader: &mut FdReader,
+    config: &ServerConfig,
+) -> Result<(crate::protocol::FrameHeader, Vec<u8>), ReadError> {
+    let mut first = [0u8; 1];
+    reader.stream.set_read_timeout(None)?;
+    if reader.read(&mut first)? == 0 {
+        return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));
+    }
+    reader
+        .stream
+        .set_read_timeout(Some(config.frame_timeout.max(Duration::from_millis(1))))?;
+    let mut chained = (&first[..]).chain(&mut *reader);
+    read_frame(&mut chained, config.max_body)
+}
+
+fn malformed(detail: String) -> Message {
+    Message::Error {
+        code: ErrorCode::Malformed,
+        detail,
+    }
+}
+
+/// Handles one request; `false` closes the connection.
+fn handle(shared: &Arc<Shared>, id: ConnId, conn: &Conn, request: u64, msg: Message) -> bool {
+    let reply = match msg {
+        Message::Hello { .. } => Message::Welcome {
+            server: format!("orbitkv {}", env!("CARGO_PKG_VERSION")),
+            max_body: shared.config.max_body,
+        },
+        Message::Register(reg) => {
+            // Replies come when the round seals, times out or is refused.
+            if let Some(entry) = shared
+                .conns
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_mut(&id)
+            {
+                entry.1 = request;
+            }
+            let events = shared.sessions().register(id, reg, Instant::now());
+            shared.dispatch(events);
+            return true;
+        }
+        Message::Stats => Message::StatsReply {
+            text: render(shared),
+        },
+        Message::Sync => match shared.store.sync() {
+            Ok(()) => Message::Synced,
+            Err(e) => refused(e),
+        },
+        Message::Retire { namespace } => {
+            match shared
+                .store
+                .retire_namespace(orbitkv_state::Namespace(namespace))
+            {
+                Ok(watermark) => Message::Retired { watermark },
+                Err(e) => refused(e),
+            }
+        }
+        Message::RegisterPool { .. }
+        | Message::Query(_)
+        | Message::Acquire(_)
+        | Message::Load(_)
+        | Message::Publish(_)
+        | Message::Release { .. } => Message::Error {
+            code: ErrorCode::Refused,
+            detail: "the hot path (pools, query, acquire, load, publish, release) is not served by this build yet".into(),
+        },
+        other => {
+            inc(&shared.metrics.malformed);
+            conn.send(
+                request,
+                &malformed(format!(
+                    "message type {:#06x} is a reply, not a request",
+                    other.kind()
+                )),
+            );
+            return false;
+        }
+    };
+    conn.send(request, &reply);
+    true
+}
+
+fn refused(e: orbitkv_store::Error) -> Message {
+    Message::Error {
+        code: ErrorCode::Refused,
+        detail: e.to_string(),
+    }
+}
