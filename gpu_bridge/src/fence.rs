@@ -54,6 +54,19 @@ impl Bridge {
         }
     }
 
+    /// Detaches and forgets every pool (their engine's session ended).
+    pub fn detach_all(&self) {
+        let pools: Vec<_> = self
+            .pools
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .collect();
+        for (_, p) in pools {
+            p.detach();
+        }
+    }
+
     /// The pool `id`.
     pub fn pool(&self, id: PoolId) -> Result<Arc<dyn PagePool>> {
         self.pools

@@ -4,9 +4,12 @@
 //! / Load / Publish / Release, the control socket, metrics) and the client build on them.
 
 pub mod client;
+pub mod lease;
 pub mod metrics;
 pub mod peer;
 pub mod protocol;
+pub mod query;
 pub mod server;
 pub mod session;
 pub mod sim;
+pub mod transfer;

@@ -20,6 +20,58 @@ pub struct Metrics {
     pub seal_refusals: AtomicU64,
     /// Requests refused for a bad token or a stale epoch.
     pub refused_tokens: AtomicU64,
+    /// Queries and acquires answered.
+    pub queries: AtomicU64,
+    /// Of them, proofs.
+    pub hits: AtomicU64,
+    /// Tokens proven restorable beyond the engines' origins.
+    pub proven_tokens: AtomicU64,
+    /// Misses by reason code (index = code; 0 unused).
+    pub misses: [AtomicU64; MISS_REASONS.len() + 1],
+    /// Pages loaded into engine pages.
+    pub loaded_pages: AtomicU64,
+    /// Pages published into the store.
+    pub published_pages: AtomicU64,
+    /// Pages of a Load or Publish that failed (stale, out of range, bad record, ...).
+    pub failed_pages: AtomicU64,
+}
+
+/// Miss reason names, by code from 1 (docs/protocol.md, "Miss reasons").
+pub const MISS_REASONS: [&str; 10] = [
+    "nothing_beyond_origin",
+    "unsupported_component",
+    "gap",
+    "overlap",
+    "duplicate",
+    "past_end",
+    "missing_rank",
+    "window_incomplete",
+    "no_checkpoint",
+    "no_common_boundary",
+];
+
+impl Metrics {
+    /// Counts a Load's (`load`) or Publish's page statuses.
+    pub fn pages(&self, statuses: &[crate::protocol::PageStatus], load: bool) {
+        for s in statuses {
+            if *s == crate::protocol::PageStatus::Ok {
+                inc(if load {
+                    &self.loaded_pages
+                } else {
+                    &self.published_pages
+                });
+            } else {
+                inc(&self.failed_pages);
+            }
+        }
+    }
+
+    /// Counts a miss of reason `code`.
+    pub fn miss(&self, code: u16) {
+        if let Some(c) = self.misses.get(code as usize) {
+            inc(c);
+        }
+    }
 }
 
 /// Adds one to a counter.
@@ -85,6 +137,53 @@ impl Metrics {
             "Sessions of sealed instances.",
             sessions,
         );
+        counter(
+            &mut o,
+            "orbitkv_queries_total",
+            "Queries and acquires answered.",
+            g(&self.queries),
+        );
+        counter(
+            &mut o,
+            "orbitkv_hits_total",
+            "Queries answered with a proof.",
+            g(&self.hits),
+        );
+        counter(
+            &mut o,
+            "orbitkv_proven_tokens_total",
+            "Tokens proven restorable beyond the engines' origins.",
+            g(&self.proven_tokens),
+        );
+        counter(
+            &mut o,
+            "orbitkv_loaded_pages_total",
+            "Pages copied into engine pages.",
+            g(&self.loaded_pages),
+        );
+        counter(
+            &mut o,
+            "orbitkv_published_pages_total",
+            "Pages copied out of engine pages into the store.",
+            g(&self.published_pages),
+        );
+        counter(
+            &mut o,
+            "orbitkv_failed_pages_total",
+            "Pages of a Load or Publish that failed (the engine recomputes them).",
+            g(&self.failed_pages),
+        );
+        let _ = writeln!(
+            o,
+            "# HELP orbitkv_misses_total Queries answered with a miss, by reason.\n# TYPE orbitkv_misses_total counter"
+        );
+        for (i, name) in MISS_REASONS.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "orbitkv_misses_total{{reason=\"{name}\"}} {}",
+                g(&self.misses[i + 1])
+            );
+        }
         counter(
             &mut o,
             "orbitkv_store_puts_total",

@@ -40,6 +40,10 @@ pub struct ServerConfig {
     /// Once a frame's first byte is in, the rest must arrive within this (a client may idle
     /// between frames as long as it likes).
     pub frame_timeout: Duration,
+    /// A lease not used for this long ends (its pins are given back).
+    pub lease_ttl: Duration,
+    /// Leases one connection may hold at once.
+    pub max_leases_per_client: usize,
 }
 
 impl ServerConfig {
@@ -50,6 +54,8 @@ impl ServerConfig {
             max_body: DEFAULT_MAX_BODY,
             peers: PeerPolicy::default(),
             frame_timeout: Duration::from_secs(10),
+            lease_ttl: Duration::from_secs(30),
+            max_leases_per_client: 4096,
         }
     }
 }
@@ -103,6 +109,9 @@ struct Shared {
     config: ServerConfig,
     store: Arc<StateStore>,
     sessions: Mutex<Sessions>,
+    leases: Mutex<crate::lease::Leases>,
+    /// Each worker connection's registered pools.
+    bridges: Mutex<HashMap<ConnId, Arc<orbitkv_gpu_bridge::Bridge>>>,
     conns: Mutex<HashMap<ConnId, (Arc<Conn>, u64)>>,
     next_conn: AtomicU64,
     stop: AtomicBool,
@@ -112,6 +121,35 @@ struct Shared {
 impl Shared {
     fn sessions(&self) -> MutexGuard<'_, Sessions> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The pools of connection `id` (made on first use).
+    fn bridge(&self, id: ConnId) -> Arc<orbitkv_gpu_bridge::Bridge> {
+        self.bridges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(id)
+            .or_default()
+            .clone()
+    }
+
+    fn leases(&self) -> MutexGuard<'_, crate::lease::Leases> {
+        self.leases.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The session of a hot-path request, counting refusals.
+    fn session(
+        &self,
+        token: &crate::protocol::message::Token,
+        epoch: Option<u64>,
+    ) -> Result<crate::session::Session, crate::session::Refusal> {
+        let s = self.sessions();
+        let r = match epoch {
+            Some(e) => s.check(token, e),
+            None => s.check_token(token),
+        };
+        r.cloned()
+            .inspect_err(|_| inc(&self.metrics.refused_tokens))
     }
 
     /// Sends what a registration or a timeout produced; a seal registers the namespace first.
@@ -218,7 +256,14 @@ impl Server {
             path: path.clone(),
             source,
         };
-        if path.exists() {
+        if let Ok(meta) = std::fs::symlink_metadata(&path) {
+            use std::os::unix::fs::FileTypeExt;
+            if !meta.file_type().is_socket() {
+                return Err(io_err(
+                    "refusing to replace",
+                    io::Error::new(io::ErrorKind::AlreadyExists, "not a socket"),
+                ));
+            }
             if UnixStream::connect(&path).is_ok() {
                 return Err(ServeError::AlreadyServing(path));
             }
@@ -230,9 +275,12 @@ impl Server {
         listener
             .set_nonblocking(true)
             .map_err(|e| io_err("configuring", e))?;
+        let leases = crate::lease::Leases::new(config.max_leases_per_client);
         Ok(Self {
             listener,
             shared: Arc::new(Shared {
+                leases: Mutex::new(leases),
+                bridges: Mutex::new(HashMap::new()),
                 config,
                 store,
                 sessions: Mutex::new(Sessions::new(Box::new(OsRandom))),
@@ -276,6 +324,7 @@ impl Server {
                     std::thread::sleep(Duration::from_millis(10));
                     let events = shared.sessions().expire(Instant::now());
                     shared.dispatch(events);
+                    shared.leases().expire(&shared.store, Instant::now());
                 }
             })
         };
@@ -404,12 +453,29 @@ fn serve_conn(shared: &Arc<Shared>, stream: UnixStream) {
                 break;
             }
         };
-        reader.fds.clear();
-        if !handle(shared, id, &conn, header.request, msg) {
+        let fds = std::mem::take(&mut reader.fds);
+        if !handle(shared, id, &conn, header.request, msg, fds) {
             break;
         }
     }
     shared.sessions().disconnect(id);
+    let bridge = shared
+        .bridges
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&id);
+    if let Some(b) = bridge {
+        // No copy touches the client's pages from here on.
+        b.detach_all();
+    }
+    let ended = shared.leases().drop_conn(&shared.store, id);
+    if ended > 0 {
+        tracing::info!(
+            conn = id,
+            leases = ended,
+            "connection closed: its leases ended"
+        );
+    }
     shared
         .conns
         .lock()
@@ -443,7 +509,14 @@ fn malformed(detail: String) -> Message {
 }
 
 /// Handles one request; `false` closes the connection.
-fn handle(shared: &Arc<Shared>, id: ConnId, conn: &Conn, request: u64, msg: Message) -> bool {
+fn handle(
+    shared: &Arc<Shared>,
+    id: ConnId,
+    conn: &Conn,
+    request: u64,
+    msg: Message,
+    mut fds: Vec<OwnedFd>,
+) -> bool {
     let reply = match msg {
         Message::Hello { .. } => Message::Welcome {
             server: format!("orbitkv {}", env!("CARGO_PKG_VERSION")),
@@ -479,15 +552,84 @@ fn handle(shared: &Arc<Shared>, id: ConnId, conn: &Conn, request: u64, msg: Mess
                 Err(e) => refused(e),
             }
         }
-        Message::RegisterPool { .. }
-        | Message::Query(_)
-        | Message::Acquire(_)
-        | Message::Load(_)
-        | Message::Publish(_)
-        | Message::Release { .. } => Message::Error {
-            code: ErrorCode::Refused,
-            detail: "the hot path (pools, query, acquire, load, publish, release) is not served by this build yet".into(),
+        Message::Query(q) => match query(shared, &q, false) {
+            Ok(m) => m,
+            Err(r) => r.message(),
         },
+        Message::Acquire(q) => match query(shared, &q, true) {
+            Ok(m) => m,
+            Err(r) => r.message(),
+        },
+        Message::Release { token, lease } => {
+            let r = shared.session(&token, None).and_then(|s| {
+                shared
+                    .leases()
+                    .release(&shared.store, lease, &s.instance.name)
+            });
+            match r {
+                Ok(()) => Message::Released,
+                Err(r) => r.message(),
+            }
+        }
+        Message::RegisterPool { token, spec } => {
+            let pool = spec.pool;
+            let r = shared.session(&token, None).and_then(|s| {
+                if s.role != crate::protocol::Role::Worker {
+                    return Err(crate::session::Refusal {
+                        code: ErrorCode::Malformed,
+                        detail: "only a worker session registers page pools".into(),
+                    });
+                }
+                let bridge = shared.bridge(id);
+                crate::transfer::register_pool(&bridge, &s, spec, fds.pop())
+            });
+            match r {
+                Ok(()) => Message::PoolRegistered { pool },
+                Err(r) => r.message(),
+            }
+        }
+        Message::Load(l) => {
+            let r = shared.session(&l.token, Some(l.epoch)).and_then(|s| {
+                let pins = shared
+                    .leases()
+                    .get(l.lease, &s.instance.name, Instant::now())?
+                    .pins
+                    .clone();
+                let bridge = shared.bridge(id);
+                Ok(crate::transfer::load(
+                    &shared.store,
+                    &bridge,
+                    l.epoch,
+                    &pins,
+                    &l.pages,
+                ))
+            });
+            match r {
+                Ok(pages) => {
+                    shared.metrics.pages(&pages, true);
+                    Message::Loaded { pages }
+                }
+                Err(r) => r.message(),
+            }
+        }
+        Message::Publish(p) => {
+            let r = shared.session(&p.token, Some(p.epoch)).map(|s| {
+                let bridge = shared.bridge(id);
+                crate::transfer::publish(&shared.store, &bridge, &s, &p.pages)
+            });
+            match r {
+                Ok(pages) => {
+                    shared.metrics.pages(&pages, false);
+                    // The pages may be reused now; durability is the second reply.
+                    conn.send(request, &Message::PublishCopied { pages });
+                    match shared.store.sync() {
+                        Ok(()) => Message::PublishDurable,
+                        Err(e) => refused(e),
+                    }
+                }
+                Err(r) => r.message(),
+            }
+        }
         other => {
             inc(&shared.metrics.malformed);
             conn.send(
@@ -502,6 +644,43 @@ fn handle(shared: &Arc<Shared>, id: ConnId, conn: &Conn, request: u64, msg: Mess
     };
     conn.send(request, &reply);
     true
+}
+
+/// Query (no side effects) or Acquire (then pins under a lease).
+fn query(
+    shared: &Shared,
+    q: &crate::protocol::message::QueryRequest,
+    acquire: bool,
+) -> Result<Message, crate::session::Refusal> {
+    let session = shared.session(&q.token, Some(q.epoch))?;
+    inc(&shared.metrics.queries);
+    let answer = crate::query::answer(&session.instance, &shared.store, q)?;
+    match answer {
+        crate::query::Answer::Miss { reason, detail } => {
+            shared.metrics.miss(reason);
+            Ok(Message::Miss { reason, detail })
+        }
+        crate::query::Answer::Hit { proof, records } => {
+            inc(&shared.metrics.hits);
+            shared
+                .metrics
+                .proven_tokens
+                .fetch_add(proof.boundary.saturating_sub(q.origin), Ordering::Relaxed);
+            if !acquire {
+                return Ok(Message::Proof(proof));
+            }
+            let ttl = shared.config.lease_ttl;
+            let lease =
+                shared
+                    .leases()
+                    .acquire(&shared.store, &session, &records, ttl, Instant::now())?;
+            Ok(Message::Leased {
+                lease,
+                ttl_ms: u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX),
+                proof,
+            })
+        }
+    }
 }
 
 fn refused(e: orbitkv_store::Error) -> Message {

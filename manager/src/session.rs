@@ -351,6 +351,17 @@ impl Sessions {
         self.sessions.len()
     }
 
+    /// The session of `token`, under its instance's current epoch (for requests that carry no
+    /// epoch of their own).
+    pub fn check_token(&self, token: &Token) -> Result<&Session, Refusal> {
+        let epoch = self
+            .sessions
+            .get(token)
+            .map(|s| s.instance.epoch)
+            .ok_or_else(|| Refusal::new(ErrorCode::BadToken, "unknown session token"))?;
+        self.check(token, epoch)
+    }
+
     /// The session a request under `token` and `epoch` belongs to: refused when the token is
     /// unknown (or forged), or when the epoch is not the one its instance sealed last.
     pub fn check(&self, token: &Token, epoch: u64) -> Result<&Session, Refusal> {

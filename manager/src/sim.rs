@@ -97,6 +97,23 @@ impl SimInstance {
         u64::from(self.block_tokens) * 4 * 2 * 2
     }
 
+    /// A host pool of `pages` pages holding this instance's one group (two layers, packed).
+    pub fn pool_spec(&self, pool: u32, pages: u32) -> orbitkv_gpu_bridge::PoolSpec {
+        let layer = self.page_bytes() / 2;
+        orbitkv_gpu_bridge::PoolSpec {
+            pool: orbitkv_gpu_bridge::PoolId(pool),
+            page_bytes: self.page_bytes(),
+            pages,
+            groups: vec![orbitkv_gpu_bridge::GroupGeometry {
+                group: 0,
+                layers: 2,
+                offset: 0,
+                layer_stride: layer,
+                layer_bytes: layer,
+            }],
+        }
+    }
+
     /// The instance's storage layout: one dense-KV group.
     pub fn layout(&self) -> Result<StorageLayout, orbitkv_state::Error> {
         let formats = (0..self.workers)

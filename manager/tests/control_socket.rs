@@ -7,54 +7,12 @@ mod common;
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::thread::JoinHandle;
+use std::path::Path;
 
-use common::{registration, store};
+use common::{Daemon, registration, store};
 use orbitkv_manager::client::{Client, ClientError};
 use orbitkv_manager::protocol::{ErrorCode, Message, Role};
-use orbitkv_manager::server::{ServeError, Server, ServerConfig, Stopper};
-
-struct Daemon {
-    socket: PathBuf,
-    stopper: Stopper,
-    thread: Option<JoinHandle<()>>,
-    _dir: tempfile::TempDir,
-}
-
-impl Daemon {
-    fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let socket = dir.path().join("orbitkv.sock");
-        let mut config = ServerConfig::new(&socket);
-        config.frame_timeout = std::time::Duration::from_millis(300);
-        let server =
-            Server::bind(config, store(&dir.path().join("data"))).unwrap_or_else(|e| panic!("{e}"));
-        let stopper = server.stopper();
-        let thread = std::thread::spawn(move || server.run().unwrap_or_else(|e| panic!("{e}")));
-        Self {
-            socket,
-            stopper,
-            thread: Some(thread),
-            _dir: dir,
-        }
-    }
-
-    fn client(&self) -> Client {
-        let mut c = Client::connect(&self.socket).unwrap_or_else(|e| panic!("{e}"));
-        c.hello("test").unwrap_or_else(|e| panic!("{e}"));
-        c
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.stopper.stop();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
+use orbitkv_manager::server::{ServeError, Server, ServerConfig};
 
 /// Registers the scheduler and `workers` workers of `instance`, each from its own thread and
 /// connection; returns every rank's reply.
@@ -228,6 +186,11 @@ fn socket_paths_are_checked_and_a_second_daemon_is_refused() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let again = Server::bind(ServerConfig::new(&d.socket), store(&dir.path().join("x")));
     assert!(matches!(again, Err(ServeError::AlreadyServing(_))));
+    // A file that is not a socket is never replaced.
+    let plain = dir.path().join("plain");
+    std::fs::write(&plain, b"keep me").unwrap_or_else(|e| panic!("{e}"));
+    assert!(Server::bind(ServerConfig::new(&plain), store(&dir.path().join("z"))).is_err());
+    assert_eq!(std::fs::read(&plain).unwrap_or_default(), b"keep me");
     let long = dir.path().join("s".repeat(120));
     let r = Server::bind(ServerConfig::new(&long), store(&dir.path().join("y")));
     match r {

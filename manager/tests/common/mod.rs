@@ -2,12 +2,18 @@
 
 #![allow(dead_code, reason = "shared by several test files; each uses a subset")]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
-use orbitkv_manager::protocol::Role;
+use orbitkv_manager::client::Client;
+use orbitkv_manager::server::{Server, ServerConfig, Stopper};
+
 use orbitkv_manager::protocol::message::Register;
+use orbitkv_manager::protocol::message::Token;
+use orbitkv_manager::protocol::{Message, Role};
 use orbitkv_manager::sim::SimInstance;
+use orbitkv_state::Namespace;
 use orbitkv_store::{StateStore, StoreConfig};
 
 /// The registration of `role`/`rank` in instance `instance` of `workers` ranks.
@@ -24,4 +30,114 @@ pub fn store(dir: &Path) -> Arc<StateStore> {
     c.durability = orbitkv_store::Durability::Manual;
     let io: Arc<dyn orbitkv_store::io::Io> = Arc::new(orbitkv_store::io::std_io::StdIo);
     Arc::new(StateStore::open(io, c).unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// A daemon serving in a thread of this process, on a fresh store.
+pub struct Daemon {
+    pub socket: PathBuf,
+    pub store: Arc<StateStore>,
+    stopper: Stopper,
+    thread: Option<JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    /// Starts one with `config` adjusted by `tune` (a 300 ms frame timeout by default).
+    pub fn start_with(tune: impl FnOnce(&mut ServerConfig)) -> Self {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let socket = dir.path().join("orbitkv.sock");
+        let mut config = ServerConfig::new(&socket);
+        config.frame_timeout = std::time::Duration::from_millis(300);
+        tune(&mut config);
+        let store = store(&dir.path().join("data"));
+        let server = Server::bind(config, store.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let stopper = server.stopper();
+        let thread = std::thread::spawn(move || server.run().unwrap_or_else(|e| panic!("{e}")));
+        Self {
+            socket,
+            store,
+            stopper,
+            thread: Some(thread),
+            _dir: dir,
+        }
+    }
+
+    /// Starts one with the defaults.
+    pub fn start() -> Self {
+        Self::start_with(|_| {})
+    }
+
+    /// A connected client that said hello.
+    pub fn client(&self) -> Client {
+        let mut c = Client::connect(&self.socket).unwrap_or_else(|e| panic!("{e}"));
+        c.hello("test").unwrap_or_else(|e| panic!("{e}"));
+        c
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stopper.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A sealed instance: its clients and its seal.
+pub struct Sealed {
+    pub scheduler: Client,
+    /// Each worker's client and token, in rank order.
+    pub workers: Vec<(Client, Token)>,
+    pub epoch: u64,
+    pub namespace: Namespace,
+    pub token: Token,
+}
+
+pub fn seal(d: &Daemon, sim: &SimInstance) -> Sealed {
+    let mut ranks = vec![(Role::Scheduler, 0)];
+    ranks.extend((0..sim.workers).map(|r| (Role::Worker, r)));
+    let threads: Vec<_> = ranks
+        .into_iter()
+        .map(|(role, rank)| {
+            let (socket, sim) = (d.socket.clone(), sim.clone());
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&socket).unwrap_or_else(|e| panic!("{e}"));
+                let reg = sim
+                    .registration(role, rank)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                let m = c
+                    .request(&Message::Register(reg))
+                    .unwrap_or_else(|e| panic!("{e}"));
+                (c, m)
+            })
+        })
+        .collect();
+    let mut out: Vec<(Client, Message)> = threads
+        .into_iter()
+        .map(|t| t.join().unwrap_or_else(|_| panic!("rank thread panicked")))
+        .collect();
+    let (scheduler, m) = out.remove(0);
+    let Message::Sealed {
+        epoch,
+        namespace,
+        token,
+        ..
+    } = m
+    else {
+        panic!("not sealed: {m:?}")
+    };
+    Sealed {
+        scheduler,
+        workers: out
+            .into_iter()
+            .map(|(c, m)| match m {
+                Message::Sealed { token, .. } => (c, token),
+                other => panic!("not sealed: {other:?}"),
+            })
+            .collect(),
+        epoch,
+        namespace: Namespace(namespace),
+        token,
+    }
 }

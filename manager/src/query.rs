@@ -1,0 +1,165 @@
+//! Query and Acquire: from the engine's block hashes to the validator's proof. For every group
+//! the query names and every rank slot of that group, each block's state key is derived (the
+//! instance's namespace and hash domain, the native hash, the group's component, the rank) and
+//! looked up in the store's index; what is present becomes the validator's evidence, and the
+//! validator decides the largest restorable boundary, or why nothing beyond the origin can be
+//! restored. No side effects: the scheduler may ask again and again.
+
+use orbitkv_state::{
+    CacheGroupId, Outcome, RankSpec, Ranks, Recompute, RecordEvidence, RestoreRequest, StateKey,
+    validate,
+};
+use orbitkv_store::StateStore;
+
+use crate::protocol::ErrorCode;
+use crate::protocol::message::{Proof, ProofLoad, QueryRequest};
+use crate::session::{Refusal, SealedInstance};
+
+/// Where a piece of evidence came from: its group, rank, block index and key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Located {
+    /// The cache group.
+    pub group: u32,
+    /// The rank slot.
+    pub rank: RankSpec,
+    /// The block index in the query's hash list.
+    pub block: u32,
+    /// The record's key.
+    pub key: StateKey,
+}
+
+/// A query's answer: the proof with the keys it names, or a miss.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// Restore up to the proof's boundary; `keys` parallel to the proof's blocks, flattened in
+    /// load order.
+    Hit {
+        /// The proof as sent.
+        proof: Proof,
+        /// Each proven record, in the order of the proof's loads and blocks.
+        records: Vec<Located>,
+    },
+    /// Recompute.
+    Miss {
+        /// The reason's code (docs/protocol.md).
+        reason: u16,
+        /// A readable account.
+        detail: String,
+    },
+}
+
+/// The wire code of a recompute reason (docs/protocol.md, "Miss reasons").
+pub fn miss_code(r: &Recompute) -> u16 {
+    match r {
+        Recompute::NothingBeyondOrigin => 1,
+        Recompute::UnsupportedComponent { .. } => 2,
+        Recompute::Gap { .. } => 3,
+        Recompute::Overlap { .. } => 4,
+        Recompute::Duplicate { .. } => 5,
+        Recompute::PastEnd { .. } => 6,
+        Recompute::MissingRank { .. } => 7,
+        Recompute::WindowIncomplete { .. } => 8,
+        Recompute::NoCheckpoint { .. } => 9,
+        Recompute::NoCommonBoundary => 10,
+    }
+}
+
+/// Answers `q` for `inst` from `store`'s index.
+pub fn answer(
+    inst: &SealedInstance,
+    store: &StateStore,
+    q: &QueryRequest,
+) -> Result<Answer, Refusal> {
+    let malformed = |d: String| Refusal {
+        code: ErrorCode::Malformed,
+        detail: d,
+    };
+    let mut evidence = Vec::new();
+    let mut located = Vec::new();
+    for g in &q.groups {
+        let contract = inst
+            .contract
+            .groups()
+            .iter()
+            .find(|c| c.group == CacheGroupId(g.group))
+            .ok_or_else(|| malformed(format!("cache group {} is not in the layout", g.group)))?;
+        let ranks: Vec<RankSpec> = match contract.ranks {
+            Ranks::Replicated => vec![RankSpec::Replicated],
+            Ranks::Sharded(n) => (0..n).map(RankSpec::Rank).collect(),
+        };
+        for (block, hash) in g.hashes.iter().enumerate() {
+            for rank in &ranks {
+                let key = StateKey::new(
+                    inst.namespace,
+                    inst.domain,
+                    hash,
+                    contract.group,
+                    contract.component,
+                    *rank,
+                )
+                .map_err(|e| malformed(format!("group {} block {block}: {e}", g.group)))?;
+                let Some(rec) = store.index().get(&key) else {
+                    continue;
+                };
+                evidence.push(RecordEvidence {
+                    key,
+                    range: rec.range,
+                    component: contract.component,
+                    group: contract.group,
+                    rank: *rank,
+                    format: rec.format,
+                });
+                located.push(Located {
+                    group: g.group,
+                    rank: *rank,
+                    block: block as u32,
+                    key,
+                });
+            }
+        }
+    }
+    let v = validate(
+        &inst.contract,
+        RestoreRequest {
+            origin: q.origin,
+            end: q.end,
+        },
+        &evidence,
+    );
+    Ok(match v.outcome {
+        Outcome::Recompute(r) => Answer::Miss {
+            reason: miss_code(&r),
+            detail: r.to_string(),
+        },
+        Outcome::Restore(p) => {
+            let mut records = Vec::new();
+            let loads = p
+                .loads
+                .iter()
+                .map(|l| {
+                    let blocks = l
+                        .records
+                        .iter()
+                        .filter_map(|&i| located.get(i))
+                        .map(|loc| {
+                            records.push(*loc);
+                            loc.block
+                        })
+                        .collect();
+                    ProofLoad {
+                        group: l.group.0,
+                        rank: l.rank.code(),
+                        blocks,
+                    }
+                })
+                .collect();
+            Answer::Hit {
+                proof: Proof {
+                    boundary: p.boundary,
+                    loads,
+                },
+                records,
+            }
+        }
+    })
+}
