@@ -1,7 +1,13 @@
-//! OrbitKV's cache manager. Landed: [`protocol`], the engine protocol (versioned, length-framed
-//! messages, refused with typed errors when unknown or malformed), and [`session`], registration
-//! and the seal (agreement of every rank, epochs, tokens, timeouts). The daemon (Query / Acquire
-//! / Load / Publish / Release, the control socket, metrics) and the client build on them.
+//! OrbitKV's cache manager: the daemon engines talk to on each cache node.
+//!
+//! - [`protocol`]: the engine protocol (versioned, length-framed messages; unknown or malformed
+//!   ones refused with typed errors).
+//! - [`session`]: registration and the seal (every rank agrees; epochs, tokens, timeouts).
+//! - [`server`]: the Unix-socket control plane serving every request, [`peer`] its credential
+//!   policy, [`metrics`] its Prometheus metrics.
+//! - [`query`] (proofs from the store's index), [`lease`] (store pins under leases) and
+//!   [`transfer`] (pools, Load, Publish through the GPU bridge): the hot path.
+//! - [`client`]: the Rust client; [`sim`]: a simulated instance's registrations.
 
 pub mod client;
 pub mod lease;
