@@ -416,6 +416,15 @@ fn serve_conn(shared: &Arc<Shared>, stream: UnixStream) {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .insert(id, (conn.clone(), 0));
+    if shared.stop.load(Ordering::Acquire) {
+        // Accepted while stopping: the stop may already have closed the others.
+        shared
+            .conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        return;
+    }
     let mut reader = FdReader {
         stream,
         fds: Vec::new(),

@@ -102,8 +102,16 @@ pub fn read_frame(r: &mut impl Read, max_body: u32) -> Result<(FrameHeader, Vec<
     let mut h = [0u8; HEADER_LEN];
     r.read_exact(&mut h)?;
     let header = FrameHeader::decode(&h, max_body)?;
-    let mut body = vec![0u8; header.len as usize];
-    r.read_exact(&mut body)?;
+    // Memory follows the bytes that arrive, not the length a peer claims.
+    let len = header.len as usize;
+    let mut body = Vec::with_capacity(len.min(64 << 10));
+    r.take(u64::from(header.len)).read_to_end(&mut body)?;
+    if body.len() != len {
+        return Err(ReadError::Io(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the stream ended inside a frame body",
+        )));
+    }
     Ok((header, body))
 }
 
