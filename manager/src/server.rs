@@ -553,10 +553,18 @@ fn handle(
             Err(e) => refused(e),
         },
         Message::Retire { namespace } => {
-            match shared
-                .store
-                .retire_namespace(orbitkv_state::Namespace(namespace))
-            {
+            let ns = orbitkv_state::Namespace(namespace);
+            if !shared.store.namespaces().iter().any(|(n, _, _)| *n == ns) {
+                conn.send(
+                    request,
+                    &Message::Error {
+                        code: ErrorCode::Refused,
+                        detail: format!("namespace {ns} is not registered in this store"),
+                    },
+                );
+                return true;
+            }
+            match shared.store.retire_namespace(ns) {
                 Ok(watermark) => Message::Retired { watermark },
                 Err(e) => refused(e),
             }

@@ -87,6 +87,8 @@ enum Command {
     Retire(cmd::store::RetireArgs),
     /// Run the cache manager daemon on this node (embedded defaults; SIGTERM stops it cleanly).
     Serve(cmd::serve::ServeArgs),
+    /// Ask a running daemon for its metrics, to retire a namespace, or to sync.
+    Admin(cmd::admin::AdminArgs),
 }
 
 fn init_logging() -> Result<(), Failure> {
@@ -122,6 +124,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Compact(a) => cmd::store::compact(&a, &out),
         Command::Retire(a) => cmd::store::retire(&a, &out),
         Command::Serve(a) => cmd::serve::run(&a, &out),
+        Command::Admin(a) => cmd::admin::run(&a, &out),
     }
 }
 

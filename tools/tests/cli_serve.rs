@@ -1,6 +1,6 @@
 //! `orbitkv serve` as a real process: it prints where it listens, seals an instance whose ranks
-//! connect from separate threads, serves metrics over HTTP, refuses a second daemon on the same
-//! data directory, and on SIGTERM stops cleanly — exit 0, socket removed, store lock released
+//! connect from separate threads, serves metrics over HTTP, answers `orbitkv admin` (stats, sync,
+//! retire), refuses a second daemon on the same data directory, and on SIGTERM stops cleanly — exit 0, socket removed, store lock released
 //! (the namespace it registered is there for `inspect`).
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -94,10 +94,48 @@ fn serve_seals_serves_metrics_and_stops_cleanly_on_sigterm() {
             })
         })
         .collect();
+    let mut namespace = None;
     for t in threads {
         let r = t.join().unwrap_or_else(|_| panic!("rank thread panicked"));
-        assert!(matches!(r, Ok(Message::Sealed { .. })), "{r:?}");
+        match r {
+            Ok(Message::Sealed { namespace: ns, .. }) => namespace = Some(ns),
+            other => panic!("{other:?}"),
+        }
     }
+    let namespace = orbitkv_state::hex::encode(&namespace.unwrap_or_else(|| panic!("no seal")));
+    // `orbitkv admin` against the running daemon.
+    let admin = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_orbitkv"))
+            .arg("admin")
+            .args(args)
+            .arg("--socket")
+            .arg(&serve.socket)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let stats = admin(&["stats", "--json"]);
+    assert!(
+        stats.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stats.stderr)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&stats.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(doc["orbitkv_seals_total"], 3, "{doc}");
+    let sync = admin(&["sync"]);
+    assert_eq!(String::from_utf8_lossy(&sync.stdout), "synced\n");
+    let unknown = admin(&["retire", "--namespace", &"ab".repeat(32)]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("not registered"));
+    let retire = admin(&["retire", "--json", "--namespace", &namespace]);
+    assert!(
+        retire.status.success(),
+        "{}",
+        String::from_utf8_lossy(&retire.stderr)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&retire.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert!(doc["watermark"].as_u64().is_some_and(|w| w > 0), "{doc}");
     let text = scrape(&serve.metrics);
     assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
     assert!(text.contains("orbitkv_seals_total 3"), "{text}");
@@ -141,6 +179,19 @@ fn serve_seals_serves_metrics_and_stops_cleanly_on_sigterm() {
     );
     let out = String::from_utf8_lossy(&inspect.stdout);
     assert!(out.contains("sim/dense-2l"), "{out}");
+}
+
+#[test]
+fn admin_without_a_daemon_says_so() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let out = Command::new(env!("CARGO_BIN_EXE_orbitkv"))
+        .args(["admin", "sync", "--socket"])
+        .arg(dir.path().join("none.sock"))
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot reach a daemon"), "{err}");
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! One module per command.
 
+pub mod admin;
 pub mod bench;
 pub mod hash;
 pub mod identity;
