@@ -18,7 +18,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::backend::{PageLease, PagePool};
 use crate::error::{Error, Result, os_err};
-use crate::pool::{PageRef, PageState, PoolSpec, generation_of, leases_of};
+use crate::pool::{PageRef, PageState, PoolSpec, check_generation, generation_of, leases_of};
 
 /// The region's first bytes.
 pub const REGION_MAGIC: [u8; 8] = *b"OKVPOOL\0";
@@ -134,6 +134,14 @@ impl Region {
         Some(unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(at).cast::<u64>()) })
     }
 
+    /// The state word of page `index` of `spec`'s pool.
+    fn state(&self, spec: &PoolSpec, index: u32) -> Result<PageState<'_>> {
+        spec.check_index(index)?;
+        self.word(word_at(index))
+            .map(PageState)
+            .ok_or_else(|| Error::Region("state word outside the region".into()))
+    }
+
     /// Copies `bytes` into the region at `at`.
     #[expect(unsafe_code, reason = "a raw copy into shared memory")]
     fn write(&self, at: u64, bytes: &[u8]) -> Result<()> {
@@ -241,20 +249,12 @@ impl HostPool {
         &self.spec
     }
 
-    fn state(&self, index: u32) -> Result<PageState<'_>> {
-        self.spec.check_index(index)?;
-        self.region
-            .word(word_at(index))
-            .map(PageState)
-            .ok_or_else(|| Error::Region("state word outside the region".into()))
-    }
-
     /// A reference to page `index` at its current generation.
     pub fn page_ref(&self, index: u32) -> Result<PageRef> {
         Ok(PageRef {
             pool: self.spec.pool,
             index,
-            generation: generation_of(self.state(index)?.load()),
+            generation: generation_of(self.region.state(&self.spec, index)?.load()),
         })
     }
 
@@ -262,7 +262,10 @@ impl HostPool {
     /// goes up, so every older reference to it is stale. Call it before writing the page's new
     /// contents. Returns the new reference.
     pub fn reuse(&self, index: u32) -> Result<PageRef> {
-        let generation = self.state(index)?.reuse(self.spec.pool, index)?;
+        let generation = self
+            .region
+            .state(&self.spec, index)?
+            .reuse(self.spec.pool, index)?;
         Ok(PageRef {
             pool: self.spec.pool,
             index,
@@ -272,7 +275,10 @@ impl HostPool {
 
     /// Reallocates page `index` even while leased: what a misbehaving engine does (tests).
     pub fn reuse_ignoring_leases(&self, index: u32) -> Result<PageRef> {
-        let generation = self.state(index)?.reuse_ignoring_leases();
+        let generation = self
+            .region
+            .state(&self.spec, index)?
+            .reuse_ignoring_leases();
         Ok(PageRef {
             pool: self.spec.pool,
             index,
@@ -282,7 +288,7 @@ impl HostPool {
 
     /// Leases the manager holds on page `index` now.
     pub fn leases(&self, index: u32) -> Result<u32> {
-        Ok(leases_of(self.state(index)?.load()))
+        Ok(leases_of(self.region.state(&self.spec, index)?.load()))
     }
 
     /// Writes `bytes` into page `index` at `offset`.
@@ -365,14 +371,6 @@ impl AttachedPool {
         }))
     }
 
-    fn state(&self, index: u32) -> Result<PageState<'_>> {
-        self.spec.check_index(index)?;
-        self.region
-            .word(word_at(index))
-            .map(PageState)
-            .ok_or_else(|| Error::Region("state word outside the region".into()))
-    }
-
     fn page_base(&self, index: u32) -> u64 {
         self.layout.data_offset + u64::from(index) * self.spec.page_bytes
     }
@@ -395,16 +393,8 @@ impl AttachedPool {
         if !same_pool || page.pool != self.spec.pool {
             return Err(Error::UnknownPool { pool: page.pool });
         }
-        let word = self.state(page.index)?.load();
-        let current = generation_of(word);
-        if current != page.generation {
-            return Err(Error::StaleGeneration {
-                pool: page.pool,
-                index: page.index,
-                current,
-                got: page.generation,
-            });
-        }
+        let word = self.region.state(&self.spec, page.index)?.load();
+        check_generation(word, page)?;
         Ok(word)
     }
 }
@@ -423,18 +413,18 @@ impl PagePool for AttachedPool {
             if page.pool != self.spec.pool {
                 return Err(Error::UnknownPool { pool: page.pool });
             }
-            self.state(page.index)?.lease(page)
+            self.region.state(&self.spec, page.index)?.lease(page)
         })
     }
 
     fn release(&self, index: u32) {
-        if let Ok(s) = self.state(index) {
+        if let Ok(s) = self.region.state(&self.spec, index) {
             s.release();
         }
     }
 
     fn generation(&self, index: u32) -> Result<u64> {
-        Ok(generation_of(self.state(index)?.load()))
+        Ok(generation_of(self.region.state(&self.spec, index)?.load()))
     }
 
     fn copy_in(
@@ -484,7 +474,7 @@ impl PagePool for AttachedPool {
             }
             // Seqlock-style: the copy's reads happen before the generation is read again.
             fence(Ordering::Acquire);
-            let after = generation_of(self.state(lease.page().index)?.load());
+            let after = generation_of(self.region.state(&self.spec, lease.page().index)?.load());
             if after != before {
                 return Err(Error::ChangedDuringCopy {
                     pool: self.spec.pool,

@@ -190,6 +190,20 @@ pub fn leases_of(word: u64) -> u32 {
     (word & LEASE_MASK) as u32
 }
 
+/// Checks that a state word is at `page`'s generation.
+pub fn check_generation(word: u64, page: PageRef) -> Result<()> {
+    let current = generation_of(word);
+    if current != page.generation {
+        return Err(Error::StaleGeneration {
+            pool: page.pool,
+            index: page.index,
+            current,
+            got: page.generation,
+        });
+    }
+    Ok(())
+}
+
 impl PageState<'_> {
     /// The word now.
     pub fn load(&self) -> u64 {
@@ -200,15 +214,7 @@ impl PageState<'_> {
     pub fn lease(&self, page: PageRef) -> Result<()> {
         let mut word = self.load();
         loop {
-            let current = generation_of(word);
-            if current != page.generation {
-                return Err(Error::StaleGeneration {
-                    pool: page.pool,
-                    index: page.index,
-                    current,
-                    got: page.generation,
-                });
-            }
+            check_generation(word, page)?;
             if leases_of(word) == LEASE_MASK as u32 {
                 return Err(Error::TooManyLeases {
                     pool: page.pool,

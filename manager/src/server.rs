@@ -154,10 +154,17 @@ impl Shared {
 
     /// Sends what a registration or a timeout produced; a seal registers the namespace first.
     fn dispatch(&self, events: Vec<Event>) {
+        // Every rank of a seal shares its namespace: registered once, the outcome for all.
+        let mut registered: HashMap<[u8; 32], Result<(), crate::session::Refusal>> = HashMap::new();
         for e in events {
             let (conn, reply) = match e {
                 Event::Sealed { conn, reply } => {
-                    if let Err(refusal) = self.on_sealed(conn) {
+                    let ns = match &reply {
+                        Message::Sealed { namespace, .. } => *namespace,
+                        _ => [0; 32],
+                    };
+                    let outcome = registered.entry(ns).or_insert_with(|| self.on_sealed(conn));
+                    if let Err(refusal) = outcome {
                         (conn, refusal.message())
                     } else {
                         inc(&self.metrics.seals);
@@ -389,7 +396,12 @@ impl Read for FdReader {
 fn serve_conn(shared: &Arc<Shared>, stream: UnixStream) {
     let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
     inc(&shared.metrics.connections);
-    let (Ok(out), Ok(cred)) = (stream.try_clone(), peer_cred(&stream)) else {
+    let timeout = shared.config.frame_timeout.max(Duration::from_millis(1));
+    let (Ok(out), Ok(cred), Ok(())) = (
+        stream.try_clone(),
+        peer_cred(&stream),
+        stream.set_read_timeout(Some(timeout)),
+    ) else {
         return;
     };
     let conn = Arc::new(Conn {
@@ -430,7 +442,7 @@ fn serve_conn(shared: &Arc<Shared>, stream: UnixStream) {
         fds: Vec::new(),
     };
     loop {
-        let (header, body) = match read_timed_frame(&mut reader, &shared.config) {
+        let (header, body) = match read_timed_frame(&mut reader, &shared.config, &shared.stop) {
             Ok(f) => f,
             Err(ReadError::Io(e)) => {
                 if matches!(
@@ -494,18 +506,33 @@ fn serve_conn(shared: &Arc<Shared>, stream: UnixStream) {
 
 /// Reads a frame: waits as long as it takes for its first byte, then at most the frame timeout
 /// for the rest.
+/// The socket's read timeout is the frame timeout (set once per connection); waiting for a
+/// frame's first byte simply waits again, so only a frame begun and not finished times out.
 fn read_timed_frame(
     reader: &mut FdReader,
     config: &ServerConfig,
+    stop: &AtomicBool,
 ) -> Result<(crate::protocol::FrameHeader, Vec<u8>), ReadError> {
     let mut first = [0u8; 1];
-    reader.stream.set_read_timeout(None)?;
-    if reader.read(&mut first)? == 0 {
-        return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));
+    loop {
+        match reader.read(&mut first) {
+            Ok(0) => return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into())),
+            Ok(_) => break,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                if stop.load(Ordering::Acquire) {
+                    return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));
+                }
+            }
+            Err(e) => return Err(ReadError::Io(e)),
+        }
     }
-    reader
-        .stream
-        .set_read_timeout(Some(config.frame_timeout.max(Duration::from_millis(1))))?;
     let mut chained = (&first[..]).chain(&mut *reader);
     read_frame(&mut chained, config.max_body)
 }
@@ -635,11 +662,13 @@ fn handle(
                 crate::transfer::publish(&shared.store, &bridge, &s, &p.pages)
             });
             match r {
-                Ok(pages) => {
+                Ok((pages, durable)) => {
                     shared.metrics.pages(&pages, false);
                     // The pages may be reused now; durability is the second reply.
                     conn.send(request, &Message::PublishCopied { pages });
-                    match shared.store.sync() {
+                    // A store that syncs every put has made them durable already.
+                    let synced = if durable { Ok(()) } else { shared.store.sync() };
+                    match synced {
                         Ok(()) => Message::PublishDurable,
                         Err(e) => refused(e),
                     }

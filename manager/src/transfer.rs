@@ -119,16 +119,18 @@ pub fn load(
 }
 
 /// Copies each page out and stores it as the record its block names. A page reused during its
-/// copy is not stored.
+/// copy is not stored. Returns each page's status and whether every stored record is durable
+/// already (the store syncs each put).
 pub fn publish(
     store: &StateStore,
     bridge: &Bridge,
     session: &Session,
     pages: &[PublishPage],
-) -> Vec<PageStatus> {
+) -> (Vec<PageStatus>, bool) {
     let inst: &Arc<crate::session::SealedInstance> = &session.instance;
     let mut buf = Vec::new();
-    pages
+    let mut durable = true;
+    let statuses = pages
         .iter()
         .map(|p| {
             let Some(contract) = inst
@@ -188,9 +190,13 @@ pub fn publish(
                 format,
             };
             match store.put(&[(meta, buf.as_slice())]) {
-                Ok(_) => PageStatus::Ok,
+                Ok(receipt) => {
+                    durable &= receipt.durable;
+                    PageStatus::Ok
+                }
                 Err(_) => PageStatus::Refused,
             }
         })
-        .collect()
+        .collect();
+    (statuses, durable)
 }

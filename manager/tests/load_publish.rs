@@ -10,9 +10,7 @@ use std::os::fd::AsFd;
 
 use common::{Daemon, Sealed, seal};
 use orbitkv_gpu_bridge::{HostPool, PageRef};
-use orbitkv_manager::protocol::message::{
-    GroupHashes, LoadPage, LoadRequest, PublishPage, PublishRequest, QueryRequest,
-};
+use orbitkv_manager::protocol::message::{LoadPage, LoadRequest, PublishPage, PublishRequest};
 use orbitkv_manager::protocol::{Message, PageStatus};
 use orbitkv_manager::sim::SimInstance;
 
@@ -47,14 +45,9 @@ fn register_pool(s: &mut Sealed, sim: &SimInstance) -> HostPool {
     pool
 }
 
-/// Publishes blocks `0..n` from pages `0..n` (each reallocated and filled first); returns the
-/// per-page statuses after both replies (copied, then durable).
-fn publish(
-    s: &mut Sealed,
-    sim: &SimInstance,
-    pool: &HostPool,
-    pages: &[(u32, PageRef)],
-) -> Vec<PageStatus> {
+/// Publishes each `(block, page)`; returns the per-page statuses after both replies (copied,
+/// then durable).
+fn publish(s: &mut Sealed, sim: &SimInstance, pages: &[(u32, PageRef)]) -> Vec<PageStatus> {
     let bt = u64::from(sim.block_tokens);
     let (worker, token) = &mut s.workers[0];
     let req = PublishRequest {
@@ -73,7 +66,6 @@ fn publish(
             })
             .collect(),
     };
-    let _ = pool;
     let id = worker
         .send(&Message::Publish(req))
         .unwrap_or_else(|e| panic!("{e}"));
@@ -94,16 +86,7 @@ fn fill(sim: &SimInstance, pool: &HostPool, index: u32, block: u32) -> PageRef {
 }
 
 fn acquire(s: &mut Sealed, blocks: u32, end: u64) -> (u64, u64) {
-    let q = QueryRequest {
-        token: s.token,
-        epoch: s.epoch,
-        origin: 0,
-        end,
-        groups: vec![GroupHashes {
-            group: 0,
-            hashes: (0..blocks).map(hash).collect(),
-        }],
-    };
+    let q = common::query(s, (0..blocks).map(hash).collect(), end);
     match s.scheduler.request(&Message::Acquire(q)) {
         Ok(Message::Leased { lease, proof, .. }) => (lease, proof.boundary),
         other => panic!("{other:?}"),
@@ -141,10 +124,7 @@ fn published_pages_come_back_byte_exact_into_other_pages() {
     let mut s = seal(&d, &sim);
     let pool = register_pool(&mut s, &sim);
     let pages: Vec<(u32, PageRef)> = (0..4).map(|b| (b, fill(&sim, &pool, b, b))).collect();
-    assert_eq!(
-        publish(&mut s, &sim, &pool, &pages),
-        vec![PageStatus::Ok; 4]
-    );
+    assert_eq!(publish(&mut s, &sim, &pages), vec![PageStatus::Ok; 4]);
     let (lease, boundary) = acquire(&mut s, 4, 64);
     assert_eq!(boundary, 64);
     // Load block b into page 8 + b: whole pages, and block 3 layer by layer.
@@ -190,7 +170,7 @@ fn stale_pages_are_refused_per_page_and_never_written_or_stored() {
     let p0 = fill(&sim, &pool, 0, 0);
     let p1_old = fill(&sim, &pool, 1, 1);
     let _p1_new = fill(&sim, &pool, 1, 1);
-    let st = publish(&mut s, &sim, &pool, &[(0, p0), (1, p1_old)]);
+    let st = publish(&mut s, &sim, &[(0, p0), (1, p1_old)]);
     assert_eq!(st, vec![PageStatus::Ok, PageStatus::StaleGeneration]);
     // Only block 0 was stored: the proof stops at 16 tokens.
     let (lease, boundary) = acquire(&mut s, 2, 32);

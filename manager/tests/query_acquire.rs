@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{Daemon, seal};
 use orbitkv_manager::client::ClientError;
-use orbitkv_manager::protocol::message::{GroupHashes, QueryRequest};
+use orbitkv_manager::protocol::message::QueryRequest;
 use orbitkv_manager::protocol::{ErrorCode, Message};
 use orbitkv_manager::sim::SimInstance;
 use orbitkv_segments::RecordMeta;
@@ -57,16 +57,7 @@ fn publish(d: &Daemon, sim: &SimInstance, ns: Namespace, block: u32, rank: u32) 
 }
 
 fn query(s: &common::Sealed, blocks: u32, end: u64) -> QueryRequest {
-    QueryRequest {
-        token: s.token,
-        epoch: s.epoch,
-        origin: 0,
-        end,
-        groups: vec![GroupHashes {
-            group: 0,
-            hashes: (0..blocks).map(hash).collect(),
-        }],
-    }
+    common::query(s, (0..blocks).map(hash).collect(), end)
 }
 
 #[test]

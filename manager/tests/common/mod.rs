@@ -10,7 +10,7 @@ use orbitkv_manager::client::Client;
 use orbitkv_manager::server::{Server, ServerConfig, Stopper};
 
 use orbitkv_manager::protocol::message::Register;
-use orbitkv_manager::protocol::message::Token;
+use orbitkv_manager::protocol::message::{GroupHashes, QueryRequest, Token};
 use orbitkv_manager::protocol::{Message, Role};
 use orbitkv_manager::sim::SimInstance;
 use orbitkv_state::Namespace;
@@ -139,5 +139,16 @@ pub fn seal(d: &Daemon, sim: &SimInstance) -> Sealed {
         epoch,
         namespace: Namespace(namespace),
         token,
+    }
+}
+
+/// A query of group 0 for the blocks with `hashes`, from token 0 to `end`, under `s`'s seal.
+pub fn query(s: &Sealed, hashes: Vec<Vec<u8>>, end: u64) -> QueryRequest {
+    QueryRequest {
+        token: s.token,
+        epoch: s.epoch,
+        origin: 0,
+        end,
+        groups: vec![GroupHashes { group: 0, hashes }],
     }
 }

@@ -238,22 +238,10 @@ impl WriteRing {
     /// Reaps completions (waiting for one first when `wait`) into `completed`. A short write is
     /// finished synchronously; a failed one is kept in `failure`.
     fn reap(&mut self, file: &UringFile, wait: bool) {
-        if wait {
-            loop {
-                match self.ring.submit_and_wait(1) {
-                    Ok(_) => break,
-                    Err(e)
-                        if matches!(
-                            e.raw_os_error(),
-                            Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
-                        ) => {}
-                    Err(e) => {
-                        tracing::error!("io_uring_enter failed with writes in flight: {e}");
-                        self.broken = true;
-                        return;
-                    }
-                }
-            }
+        if wait && let Err(e) = wait_for_one(&mut self.ring) {
+            tracing::error!("io_uring_enter failed with writes in flight: {e}");
+            self.broken = true;
+            return;
         }
         let completions: Vec<(u64, i32)> = self
             .ring
@@ -324,9 +312,22 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
-/// Reads `buf` (aligned) at `offset` as `chunk`-sized direct reads, up to [`RING_DEPTH`] in
-/// flight, and hands each chunk to `each` in order as soon as it and every chunk before it are
-/// in. Returns the bytes read (at least `min`); a short chunk ends the read there.
+/// Submits what is queued and waits for at least one completion, retrying interruptions and
+/// a busy completion queue; any other error means the kernel stopped answering.
+fn wait_for_one(ring: &mut IoUring) -> io::Result<()> {
+    loop {
+        match ring.submit_and_wait(1) {
+            Ok(_) => return Ok(()),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Reads the ring owes completions for; dropping it (also while unwinding) waits for all of
 /// them, so no buffer is given back while the kernel may still write into it.
 struct Inflight<'r> {
@@ -338,22 +339,12 @@ struct Inflight<'r> {
 impl Inflight<'_> {
     /// Waits for at least one completion and records every one that is in.
     fn reap(&mut self) {
-        loop {
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => break,
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
-                    ) => {}
-                Err(e) => {
-                    // The kernel may still be writing into buffers this thread is about to give
-                    // back, and there is no way to wait for it: stop rather than corrupt memory.
-                    // (A ring set up as here does not fail like this.)
-                    tracing::error!("io_uring_enter failed with reads in flight: {e}; aborting");
-                    std::process::abort();
-                }
-            }
+        if let Err(e) = wait_for_one(self.ring) {
+            // The kernel may still be writing into buffers this thread is about to give back,
+            // and there is no way to wait for it: stop rather than corrupt memory. (A ring set
+            // up as here does not fail like this.)
+            tracing::error!("io_uring_enter failed with reads in flight: {e}; aborting");
+            std::process::abort();
         }
         for cqe in self.ring.completion() {
             if let Some(r) = self.results.get_mut(cqe.user_data() as usize) {
