@@ -7,7 +7,8 @@
 //!   policy, [`metrics`] its Prometheus metrics.
 //! - [`query`] (proofs from the store's index), [`lease`] (store pins under leases) and
 //!   [`transfer`] (pools, Load, Publish through the GPU bridge): the hot path.
-//! - [`client`]: the Rust client; [`sim`]: a simulated instance's registrations.
+//! - [`client`]: the Rust client; [`sim`]: a simulated engine (instances, payloads, workloads,
+//!   the engine driving the daemon).
 
 pub mod client;
 pub mod lease;

@@ -74,6 +74,17 @@ impl Metrics {
     }
 }
 
+/// The values of the daemon's gauges at one moment.
+#[derive(Debug, Clone)]
+pub struct Gauges {
+    /// Sessions of sealed instances.
+    pub sessions: u64,
+    /// Leases held.
+    pub leases: u64,
+    /// The store's tiers, pins and records.
+    pub usage: orbitkv_store::Usage,
+}
+
 /// Adds one to a counter.
 pub fn inc(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
@@ -92,7 +103,8 @@ fn gauge(out: &mut String, name: &str, help: &str, v: u64) {
 
 impl Metrics {
     /// The text exposition of every metric, the store's included.
-    pub fn render(&self, sessions: u64, store: &StatsSnapshot) -> String {
+    pub fn render(&self, now: &Gauges, store: &StatsSnapshot) -> String {
+        let sessions = now.sessions;
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let mut o = String::new();
         counter(
@@ -219,6 +231,42 @@ impl Metrics {
             "orbitkv_store_quarantined_segments",
             "Segments quarantined after read errors.",
             store.quarantined_segments,
+        );
+        gauge(
+            &mut o,
+            "orbitkv_leases",
+            "Leases held by engine instances (proven records pinned for their loads).",
+            now.leases,
+        );
+        gauge(
+            &mut o,
+            "orbitkv_store_pins",
+            "Store pins held (records kept readable for pending loads).",
+            now.usage.pins as u64,
+        );
+        gauge(
+            &mut o,
+            "orbitkv_store_records",
+            "Records the store's index holds.",
+            now.usage.records as u64,
+        );
+        gauge(
+            &mut o,
+            "orbitkv_store_ssd_bytes",
+            "Bytes of the SSD tier in use.",
+            now.usage.ssd_used,
+        );
+        gauge(
+            &mut o,
+            "orbitkv_store_ssd_budget_bytes",
+            "The SSD tier's budget (0: none).",
+            now.usage.ssd_budget.unwrap_or(0),
+        );
+        gauge(
+            &mut o,
+            "orbitkv_store_dram_bytes",
+            "Bytes of the DRAM tier in use.",
+            now.usage.dram_used,
         );
         o
     }

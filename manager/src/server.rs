@@ -373,8 +373,12 @@ impl Server {
 }
 
 fn render(shared: &Shared) -> String {
-    let sessions = shared.sessions().session_count() as u64;
-    shared.metrics.render(sessions, &shared.store.stats())
+    let now = crate::metrics::Gauges {
+        sessions: shared.sessions().session_count() as u64,
+        leases: shared.leases().len() as u64,
+        usage: shared.store.usage(),
+    };
+    shared.metrics.render(&now, &shared.store.stats())
 }
 
 /// Reads frames off a socket with `recvmsg`, keeping any descriptor that arrives with them.

@@ -118,9 +118,14 @@ pub fn load(
         .collect()
 }
 
+/// A Publish's records are stored in bundles of at most this many payload bytes: one append
+/// (and, with a store that syncs every put, one sync) per bundle rather than per page.
+pub const PUBLISH_BUNDLE_BYTES: usize = 32 << 20;
+
 /// Copies each page out and stores it as the record its block names. A page reused during its
-/// copy is not stored. Returns each page's status and whether every stored record is durable
-/// already (the store syncs each put).
+/// copy is not stored. The copies are stored in bundles ([`PUBLISH_BUNDLE_BYTES`]); when the
+/// store refuses a bundle its records are stored one by one, so only the refused ones fail. Returns each page's status and whether every
+/// stored record is durable already (the store syncs each put).
 pub fn publish(
     store: &StateStore,
     bridge: &Bridge,
@@ -128,75 +133,113 @@ pub fn publish(
     pages: &[PublishPage],
 ) -> (Vec<PageStatus>, bool) {
     let inst: &Arc<crate::session::SealedInstance> = &session.instance;
-    let mut buf = Vec::new();
     let mut durable = true;
-    let statuses = pages
-        .iter()
-        .map(|p| {
-            let Some(contract) = inst
-                .contract
-                .groups()
-                .iter()
-                .find(|c| c.group == CacheGroupId(p.group))
-            else {
-                return PageStatus::BadGeometry;
-            };
-            let rank = match (contract.ranks, RankSpec::from_code(p.rank)) {
-                (Ranks::Replicated, RankSpec::Replicated) => RankSpec::Replicated,
-                // A worker publishes its own shard only.
-                (Ranks::Sharded(_), RankSpec::Rank(r)) if r == session.rank => RankSpec::Rank(r),
-                _ => return PageStatus::Refused,
-            };
-            let slot = match rank {
-                RankSpec::Replicated => 0,
-                RankSpec::Rank(r) => r as usize,
-            };
-            let Some(format) = contract.formats.get(slot).copied() else {
-                return PageStatus::BadGeometry;
-            };
-            let key = |h: &[u8]| {
-                StateKey::new(
-                    inst.namespace,
-                    inst.domain,
-                    h,
-                    contract.group,
-                    contract.component,
-                    rank,
-                )
-            };
-            let (Ok(k), Ok(range)) = (key(&p.hash), TokenRange::new(p.start, p.end)) else {
-                return PageStatus::BadGeometry;
-            };
-            let parent = if p.parent.is_empty() {
-                None
-            } else {
-                match key(&p.parent) {
-                    Ok(k) => Some(k),
-                    Err(_) => return PageStatus::BadGeometry,
+    let mut statuses = vec![PageStatus::Ok; pages.len()];
+    // Copied pages waiting for their bundle: (request position, meta, bytes).
+    let mut pending: Vec<(usize, RecordMeta, Vec<u8>)> = Vec::new();
+    let mut pending_bytes = 0usize;
+    let mut flush = |pending: &mut Vec<(usize, RecordMeta, Vec<u8>)>,
+                     statuses: &mut [PageStatus]| {
+        if pending.is_empty() {
+            return;
+        }
+        let records: Vec<(RecordMeta, &[u8])> = pending
+            .iter()
+            .map(|(_, m, b)| (m.clone(), b.as_slice()))
+            .collect();
+        match store.put(&records) {
+            Ok(receipt) => durable &= receipt.durable,
+            // One record the store refuses (its range conflicts with a stored one, say) must
+            // not take the others with it: store them one by one.
+            Err(_) => {
+                for ((i, _, _), record) in pending.iter().zip(&records) {
+                    match store.put(std::slice::from_ref(record)) {
+                        Ok(receipt) => durable &= receipt.durable,
+                        Err(_) => statuses[*i] = PageStatus::Refused,
+                    }
                 }
-            };
-            let lease = match bridge.lease(inst.epoch, p.page) {
-                Ok(l) => l,
-                Err(e) => return status_of(&e),
-            };
-            if let Err(e) = bridge.publish(&lease, p.group, &mut buf) {
-                return status_of(&e);
             }
-            drop(lease);
-            let meta = RecordMeta {
-                key: k,
-                parent,
-                range,
-                format,
-            };
-            match store.put(&[(meta, buf.as_slice())]) {
-                Ok(receipt) => {
-                    durable &= receipt.durable;
-                    PageStatus::Ok
+        }
+        pending.clear();
+    };
+    for (i, p) in pages.iter().enumerate() {
+        match copy_out(bridge, inst, session.rank, p) {
+            Ok((meta, buf)) => {
+                pending_bytes += buf.len();
+                pending.push((i, meta, buf));
+                if pending_bytes >= PUBLISH_BUNDLE_BYTES {
+                    flush(&mut pending, &mut statuses);
+                    pending_bytes = 0;
                 }
-                Err(_) => PageStatus::Refused,
             }
-        })
-        .collect();
+            Err(status) => statuses[i] = status,
+        }
+    }
+    flush(&mut pending, &mut statuses);
     (statuses, durable)
+}
+
+/// Copies one page out (fenced, re-checked) and names the record it becomes.
+fn copy_out(
+    bridge: &Bridge,
+    inst: &crate::session::SealedInstance,
+    session_rank: u32,
+    p: &PublishPage,
+) -> Result<(RecordMeta, Vec<u8>), PageStatus> {
+    let contract = inst
+        .contract
+        .groups()
+        .iter()
+        .find(|c| c.group == CacheGroupId(p.group))
+        .ok_or(PageStatus::BadGeometry)?;
+    let rank = match (contract.ranks, RankSpec::from_code(p.rank)) {
+        (Ranks::Replicated, RankSpec::Replicated) => RankSpec::Replicated,
+        // A worker publishes its own shard only.
+        (Ranks::Sharded(_), RankSpec::Rank(r)) if r == session_rank => RankSpec::Rank(r),
+        _ => return Err(PageStatus::Refused),
+    };
+    let slot = match rank {
+        RankSpec::Replicated => 0,
+        RankSpec::Rank(r) => r as usize,
+    };
+    let format = contract
+        .formats
+        .get(slot)
+        .copied()
+        .ok_or(PageStatus::BadGeometry)?;
+    let key = |h: &[u8]| {
+        StateKey::new(
+            inst.namespace,
+            inst.domain,
+            h,
+            contract.group,
+            contract.component,
+            rank,
+        )
+    };
+    let (Ok(k), Ok(range)) = (key(&p.hash), TokenRange::new(p.start, p.end)) else {
+        return Err(PageStatus::BadGeometry);
+    };
+    let parent = if p.parent.is_empty() {
+        None
+    } else {
+        Some(key(&p.parent).map_err(|_| PageStatus::BadGeometry)?)
+    };
+    let lease = bridge
+        .lease(inst.epoch, p.page)
+        .map_err(|e| status_of(&e))?;
+    let mut buf = Vec::new();
+    bridge
+        .publish(&lease, p.group, &mut buf)
+        .map_err(|e| status_of(&e))?;
+    drop(lease);
+    Ok((
+        RecordMeta {
+            key: k,
+            parent,
+            range,
+            format,
+        },
+        buf,
+    ))
 }

@@ -5,6 +5,7 @@ mod cmd;
 mod output;
 mod size;
 mod tokens;
+mod trace;
 
 use std::process::ExitCode;
 
@@ -89,6 +90,10 @@ enum Command {
     Serve(cmd::serve::ServeArgs),
     /// Ask a running daemon for its metrics, to retire a namespace, or to sync.
     Admin(cmd::admin::AdminArgs),
+    /// Run a simulated engine instance against a daemon, checking every byte it loads.
+    EngineSim(cmd::engine_sim::EngineSimArgs),
+    /// Run N simulated engines concurrently against a daemon, replaying a trace.
+    Loadgen(cmd::loadgen::LoadgenArgs),
 }
 
 fn init_logging() -> Result<(), Failure> {
@@ -125,6 +130,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Retire(a) => cmd::store::retire(&a, &out),
         Command::Serve(a) => cmd::serve::run(&a, &out),
         Command::Admin(a) => cmd::admin::run(&a, &out),
+        Command::EngineSim(a) => cmd::engine_sim::run(&a, &out),
+        Command::Loadgen(a) => cmd::loadgen::run(&a, &out),
     }
 }
 

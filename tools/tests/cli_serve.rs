@@ -3,75 +3,20 @@
 //! retire), refuses a second daemon on the same data directory, and on SIGTERM stops cleanly — exit 0, socket removed, store lock released
 //! (the namespace it registered is there for `inspect`).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
+use std::process::Command;
+
+use common::daemon::Serve;
 use orbitkv_manager::client::Client;
 use orbitkv_manager::protocol::{Message, Role};
 use orbitkv_manager::sim::SimInstance;
-
-struct Serve {
-    child: Child,
-    socket: PathBuf,
-    metrics: String,
-}
-
-fn start(data: &Path) -> Serve {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_orbitkv"))
-        .args(["serve", "--data-dir"])
-        .arg(data)
-        .args(["--dram-bytes", "64MiB", "--ssd-bytes", "1GiB"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn: {e}"));
-    let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
-    let mut lines = BufReader::new(stdout).lines();
-    let mut socket = None;
-    let mut metrics = None;
-    // Read until both addresses are known (the daemon keeps stdout open).
-    while socket.is_none() || metrics.is_none() {
-        let Some(Ok(line)) = lines.next() else { break };
-        if let Some(s) = line.strip_prefix("orbitkv serve: listening on ") {
-            socket = Some(PathBuf::from(s));
-        }
-        if let Some(m) = line.strip_prefix("metrics: http://") {
-            metrics = m.strip_suffix("/metrics").map(str::to_owned);
-        }
-    }
-    Serve {
-        child,
-        socket: socket.unwrap_or_else(|| panic!("serve did not say where it listens")),
-        metrics: metrics.unwrap_or_else(|| panic!("serve did not say where its metrics are")),
-    }
-}
-
-fn scrape(addr: &str) -> String {
-    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}"));
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap_or_else(|e| panic!("{e}"));
-    let mut body = String::new();
-    s.read_to_string(&mut body)
-        .unwrap_or_else(|e| panic!("{e}"));
-    body
-}
-
-#[expect(unsafe_code, reason = "sending SIGTERM has no safe wrapper in std")]
-fn sigterm(child: &Child) {
-    let pid = libc::pid_t::try_from(child.id()).unwrap_or_else(|e| panic!("{e}"));
-    // SAFETY: kill only sends a signal to the child we spawned.
-    unsafe {
-        libc::kill(pid, libc::SIGTERM);
-    }
-}
 
 #[test]
 fn serve_seals_serves_metrics_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let data = dir.path().join("orbitkv-data");
-    let mut serve = start(&data);
+    let serve = Serve::start(&data);
     assert_eq!(
         serve.socket,
         data.join("orbitkv.sock"),
@@ -136,7 +81,7 @@ fn serve_seals_serves_metrics_and_stops_cleanly_on_sigterm() {
     let doc: serde_json::Value =
         serde_json::from_slice(&retire.stdout).unwrap_or_else(|e| panic!("{e}"));
     assert!(doc["watermark"].as_u64().is_some_and(|w| w > 0), "{doc}");
-    let text = scrape(&serve.metrics);
+    let text = serve.scrape();
     assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
     assert!(text.contains("orbitkv_seals_total 3"), "{text}");
     // A second daemon on the same data directory is refused with a clear message.
@@ -151,21 +96,10 @@ fn serve_seals_serves_metrics_and_stops_cleanly_on_sigterm() {
     let err = String::from_utf8_lossy(&second.stderr);
     assert!(err.contains("orbitkv: "), "{err}");
     // SIGTERM: a clean stop.
-    sigterm(&serve.child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = serve.child.try_wait().unwrap_or_else(|e| panic!("{e}")) {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    if let Some(mut e) = serve.child.stderr.take() {
-        let _ = e.read_to_string(&mut stderr);
-    }
+    let socket = serve.socket.clone();
+    let (status, stderr) = serve.stop();
     assert!(status.success(), "exit {status}: {stderr}");
-    assert!(!serve.socket.exists(), "the socket file was left behind");
+    assert!(!socket.exists(), "the socket file was left behind");
     // The lock is released and the namespace the seal registered is in the store.
     let inspect = Command::new(env!("CARGO_BIN_EXE_orbitkv"))
         .args(["inspect", "--json", "--data-dir"])

@@ -72,7 +72,7 @@ impl Progress for Bar {
     }
 }
 
-fn label(what: &'static str, v: &str) -> Result<Label, Failure> {
+pub(crate) fn label(what: &'static str, v: &str) -> Result<Label, Failure> {
     Label::new(what, v).map_err(|e| Failure::refused(e.to_string()))
 }
 

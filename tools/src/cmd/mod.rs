@@ -2,8 +2,10 @@
 
 pub mod admin;
 pub mod bench;
+pub mod engine_sim;
 pub mod hash;
 pub mod identity;
+pub mod loadgen;
 pub mod replay;
 pub mod serve;
 pub mod store;

@@ -10,7 +10,6 @@
 //! header and a footer entry per record). `--compare` runs both and every store policy.
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -107,37 +106,6 @@ impl Outcome {
             "mismatched": self.mismatched,
         })
     }
-}
-
-/// Reads the trace: one `hash_ids` chain per request.
-fn load_trace(path: &Path, limit: Option<usize>) -> Result<Vec<Vec<u64>>, Failure> {
-    let file = std::fs::File::open(path)
-        .map_err(|e| Failure::refused(format!("{}: {e}", path.display())))?;
-    let mut out = Vec::new();
-    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-        if limit.is_some_and(|l| out.len() >= l) {
-            break;
-        }
-        let line = line.map_err(|e| Failure::refused(format!("{}: {e}", path.display())))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let bad = |why: &str| Failure::refused(format!("{}:{}: {why}", path.display(), n + 1));
-        let v: Value = serde_json::from_str(&line).map_err(|e| bad(&e.to_string()))?;
-        let ids = v
-            .get("hash_ids")
-            .and_then(Value::as_array)
-            .ok_or_else(|| bad("no hash_ids array"))?;
-        let chain = ids
-            .iter()
-            .map(|x| {
-                x.as_u64()
-                    .ok_or_else(|| bad("a hash id is not an unsigned integer"))
-            })
-            .collect::<Result<Vec<u64>, Failure>>()?;
-        out.push(chain);
-    }
-    Ok(out)
 }
 
 fn namespace() -> Namespace {
@@ -412,7 +380,10 @@ fn text(o: &Outcome) -> String {
 
 /// Runs `bench replay`.
 pub fn run(a: &ReplayArgs, out: &Output) -> Result<(), Failure> {
-    let trace = load_trace(&a.trace, a.requests)?;
+    let trace: Vec<Vec<u64>> = crate::trace::load(&a.trace, a.requests)?
+        .into_iter()
+        .map(|r| r.hash_ids)
+        .collect();
     let capacity = usize::try_from(a.ssd_bytes / (a.block_bytes.max(1) + RECORD_OVERHEAD))
         .unwrap_or(usize::MAX);
     let outcomes = if a.compare {

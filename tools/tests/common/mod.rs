@@ -1,5 +1,7 @@
-//! Runs the `orbitkv` binary the way an operator's script would.
+//! Runs the `orbitkv` binary the way an operator's script would; [`daemon`] runs the daemon and
+//! simulated engines as real processes.
 
+#![allow(dead_code, reason = "shared by several test files; each uses a subset")]
 #![expect(
     clippy::unwrap_used,
     reason = "test code: a failed unwrap is a failed test"
@@ -7,6 +9,8 @@
 
 use std::io::Write;
 use std::process::{Command, Stdio};
+
+pub mod daemon;
 
 pub struct Run {
     pub code: i32,

@@ -1,0 +1,370 @@
+//! A simulated engine instance's description: its cache groups, their state formats, the
+//! storage layout, the recovery rules and the registrations of its scheduler and workers, all
+//! deterministic from a few parameters. Changing one parameter changes exactly the fields the
+//! seal compares that it should (a dtype the formats, a head size the layout, a scope the
+//! namespace).
+
+use orbitkv_gpu_bridge::{GroupGeometry, PoolId, PoolSpec};
+use orbitkv_state::{
+    Axis, CacheGroupId, CacheGroupSpec, Component, Dim, EngineKind, HashDomain, HeadShape, ImplTag,
+    Label, ParallelShape, RankSpec, Rule, StateFormat, StorageLayout,
+};
+
+use crate::protocol::Role;
+use crate::protocol::message::Register;
+
+/// Bytes per element of every simulated tensor (a 16-bit dtype).
+const ELEM: u64 = 2;
+/// The hybrid contract's sliding window, in blocks.
+pub const WINDOW_BLOCKS: u32 = 3;
+/// The hybrid contract's recurrent-state checkpoint grid, in blocks.
+pub const CHECKPOINT_BLOCKS: u32 = 4;
+
+/// Which cache groups the instance has, and so which recovery contract it gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimContract {
+    /// One dense-attention group (rule `prefix`).
+    Dense,
+    /// A sliding-window attention group (rule `window` of [`WINDOW_BLOCKS`] blocks) and a
+    /// recurrent-state group (rule `checkpoint` every [`CHECKPOINT_BLOCKS`] blocks).
+    Hybrid,
+}
+
+impl SimContract {
+    /// Parses `dense` or `hybrid`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "dense" => Some(SimContract::Dense),
+            "hybrid" => Some(SimContract::Hybrid),
+            _ => None,
+        }
+    }
+}
+
+/// One cache group of a simulated instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimGroup {
+    /// Its id (its index in the layout).
+    pub id: u32,
+    /// What it holds.
+    pub component: Component,
+    /// Its recovery rule.
+    pub rule: Rule,
+    /// Bytes of one layer of one page.
+    pub layer_bytes: u64,
+    /// Where the group's bytes start within a pool page.
+    pub offset: u64,
+}
+
+/// What a simulated instance is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimInstance {
+    /// The instance's name.
+    pub name: String,
+    /// Worker ranks (tensor parallel).
+    pub workers: u32,
+    /// Tokens per block.
+    pub block_tokens: u32,
+    /// Compute dtype.
+    pub dtype: String,
+    /// KV-cache dtype (the formats' quantization label; `none` when it is the compute dtype).
+    pub kv_dtype: String,
+    /// The engine release the formats name.
+    pub release: String,
+    /// The computation identity digest.
+    pub identity: [u8; 32],
+    /// The cache scope ("" for none).
+    pub scope: String,
+    /// How long the daemon waits for every rank.
+    pub seal_timeout_ms: u32,
+    /// The cache groups.
+    pub contract: SimContract,
+    /// Model layers.
+    pub layers: u32,
+    /// KV heads per rank.
+    pub kv_heads: u32,
+    /// Elements per head.
+    pub head_size: u32,
+}
+
+impl SimInstance {
+    /// A dense instance of `workers` ranks: 2 layers, one 4-element KV head, 16-token blocks of
+    /// bfloat16.
+    pub fn new(name: &str, workers: u32) -> Self {
+        Self {
+            name: name.to_owned(),
+            workers,
+            block_tokens: 16,
+            dtype: "bfloat16".to_owned(),
+            kv_dtype: "none".to_owned(),
+            release: "0.33.0".to_owned(),
+            identity: [0x11; 32],
+            scope: String::new(),
+            seal_timeout_ms: 10_000,
+            contract: SimContract::Dense,
+            layers: 2,
+            kv_heads: 1,
+            head_size: 4,
+        }
+    }
+
+    fn label(v: &str) -> Result<Label, orbitkv_state::Error> {
+        Label::new("sim", v)
+    }
+
+    /// Bytes of one token's keys and values in one layer.
+    fn token_bytes(&self) -> u64 {
+        u64::from(self.kv_heads) * u64::from(self.head_size) * 2 * ELEM
+    }
+
+    /// Bytes of one layer's recurrent state.
+    fn state_layer_bytes(&self) -> u64 {
+        u64::from(self.kv_heads) * u64::from(self.head_size) * u64::from(self.head_size) * ELEM
+    }
+
+    /// The instance's cache groups, in id order, placed one after another in a pool page.
+    pub fn groups(&self) -> Vec<SimGroup> {
+        let bt = u64::from(self.block_tokens);
+        let kv_layer = bt * self.token_bytes();
+        match self.contract {
+            SimContract::Dense => vec![SimGroup {
+                id: 0,
+                component: Component::DenseKv,
+                rule: Rule::Prefix,
+                layer_bytes: kv_layer,
+                offset: 0,
+            }],
+            SimContract::Hybrid => vec![
+                SimGroup {
+                    id: 0,
+                    component: Component::SlidingWindowKv,
+                    rule: Rule::Window {
+                        tokens: u64::from(WINDOW_BLOCKS) * bt,
+                    },
+                    layer_bytes: kv_layer,
+                    offset: 0,
+                },
+                SimGroup {
+                    id: 1,
+                    component: Component::SsmState,
+                    rule: Rule::Checkpoint {
+                        grid: u64::from(CHECKPOINT_BLOCKS) * bt,
+                    },
+                    layer_bytes: self.state_layer_bytes(),
+                    offset: kv_layer * u64::from(self.layers),
+                },
+            ],
+        }
+    }
+
+    /// Bytes of one page of `group` (all its layers), per rank.
+    pub fn group_page_bytes(&self, group: &SimGroup) -> u64 {
+        group.layer_bytes * u64::from(self.layers)
+    }
+
+    /// The state format of `group` at `rank`.
+    pub fn group_format(
+        &self,
+        group: &SimGroup,
+        rank: u32,
+    ) -> Result<StateFormat, orbitkv_state::Error> {
+        let bt = u64::from(self.block_tokens);
+        let (kvh, hs) = (u64::from(self.kv_heads), u64::from(self.head_size));
+        let layer = Axis {
+            dim: Dim::Layer,
+            extent: u64::from(self.layers),
+            stride: group.layer_bytes,
+        };
+        let layout = match group.component {
+            Component::SsmState => vec![
+                layer,
+                Axis {
+                    dim: Dim::KvHead,
+                    extent: kvh,
+                    stride: hs * hs * ELEM,
+                },
+                Axis {
+                    dim: Dim::State,
+                    extent: hs * hs,
+                    stride: ELEM,
+                },
+            ],
+            _ => vec![
+                layer,
+                Axis {
+                    dim: Dim::Token,
+                    extent: bt,
+                    stride: self.token_bytes(),
+                },
+                Axis {
+                    dim: Dim::KvSplit,
+                    extent: 2,
+                    stride: kvh * hs * ELEM,
+                },
+                Axis {
+                    dim: Dim::KvHead,
+                    extent: kvh,
+                    stride: hs * ELEM,
+                },
+                Axis {
+                    dim: Dim::HeadDim,
+                    extent: hs,
+                    stride: ELEM,
+                },
+            ],
+        };
+        Ok(StateFormat {
+            dtype: Self::label(&self.dtype)?,
+            kv_quant: Self::label(&self.kv_dtype)?,
+            block_tokens: self.block_tokens,
+            layers: self.layers,
+            layout,
+            heads: HeadShape {
+                kv_heads: self.kv_heads,
+                head_size_k: self.head_size,
+                head_size_v: self.head_size,
+            },
+            parallel: self.parallel(),
+            rank: RankSpec::Rank(rank),
+            compat: ImplTag {
+                engine: EngineKind::Vllm,
+                release: Self::label(&self.release)?,
+                attention_backend: Self::label("flash_attn")?,
+            },
+        })
+    }
+
+    fn parallel(&self) -> ParallelShape {
+        ParallelShape {
+            tensor: self.workers,
+            pipeline: 1,
+            context: 1,
+        }
+    }
+
+    /// The state format of group 0 at `rank`.
+    pub fn format(&self, rank: u32) -> Result<StateFormat, orbitkv_state::Error> {
+        self.group_format(&self.groups()[0], rank)
+    }
+
+    /// Bytes of one page of group 0, per rank.
+    pub fn page_bytes(&self) -> u64 {
+        self.group_page_bytes(&self.groups()[0])
+    }
+
+    /// A host pool of `pages` pages, each holding one page of every group.
+    pub fn pool_spec(&self, pool: u32, pages: u32) -> PoolSpec {
+        let groups = self.groups();
+        let page_bytes = groups.iter().map(|g| self.group_page_bytes(g)).sum();
+        PoolSpec {
+            pool: PoolId(pool),
+            page_bytes,
+            pages,
+            groups: groups
+                .iter()
+                .map(|g| GroupGeometry {
+                    group: g.id,
+                    layers: self.layers,
+                    offset: g.offset,
+                    layer_stride: g.layer_bytes,
+                    layer_bytes: g.layer_bytes,
+                })
+                .collect(),
+        }
+    }
+
+    /// The instance's storage layout.
+    pub fn layout(&self) -> Result<StorageLayout, orbitkv_state::Error> {
+        let groups = self
+            .groups()
+            .iter()
+            .map(|g| {
+                let formats = (0..self.workers)
+                    .map(|r| self.group_format(g, r))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(CacheGroupSpec {
+                    id: CacheGroupId(g.id),
+                    component: g.component,
+                    block_tokens: self.block_tokens,
+                    page_bytes: self.group_page_bytes(g),
+                    formats,
+                })
+            })
+            .collect::<Result<Vec<_>, orbitkv_state::Error>>()?;
+        StorageLayout::new(self.parallel(), groups)
+    }
+
+    /// The registration of the scheduler (`Role::Scheduler`, rank 0) or worker `rank`.
+    pub fn registration(&self, role: Role, rank: u32) -> Result<Register, orbitkv_state::Error> {
+        let groups = self.groups();
+        let formats = match role {
+            Role::Scheduler => Vec::new(),
+            Role::Worker => groups
+                .iter()
+                .map(|g| self.group_format(g, rank)?.encode())
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        Ok(Register {
+            instance: self.name.clone(),
+            role,
+            rank,
+            workers: self.workers,
+            identity: self.identity,
+            model: "sim/dense-2l".to_owned(),
+            revision: "sim".to_owned(),
+            domain: HashDomain::VllmSha256Cbor,
+            layout: self.layout()?.encode().to_vec(),
+            rules: groups.iter().map(|g| (g.id, g.rule)).collect(),
+            scope: self.scope.clone(),
+            formats,
+            seal_timeout_ms: self.seal_timeout_ms,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Change = Box<dyn Fn(&mut SimInstance)>;
+
+    #[test]
+    fn every_parameter_that_shapes_bytes_changes_the_layout() {
+        let base = SimInstance::new("a", 2);
+        let digest = |s: &SimInstance| s.layout().map(|l| l.digest()).map_err(|e| e.to_string());
+        let d0 = digest(&base);
+        assert!(d0.is_ok(), "{d0:?}");
+        let changes: Vec<(&str, Change)> = vec![
+            ("dtype", Box::new(|s| s.dtype = "float16".into())),
+            ("kv dtype", Box::new(|s| s.kv_dtype = "fp8_e4m3".into())),
+            ("release", Box::new(|s| s.release = "0.34.0".into())),
+            ("block size", Box::new(|s| s.block_tokens = 32)),
+            ("workers", Box::new(|s| s.workers = 1)),
+            ("head size", Box::new(|s| s.head_size = 8)),
+            ("contract", Box::new(|s| s.contract = SimContract::Hybrid)),
+        ];
+        for (what, change) in changes {
+            let mut s = base.clone();
+            change(&mut s);
+            assert_ne!(digest(&s), d0, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_hybrid_pool_page_holds_both_groups_apart() {
+        let mut s = SimInstance::new("h", 1);
+        s.contract = SimContract::Hybrid;
+        let spec = s.pool_spec(1, 4);
+        assert!(spec.validate().is_ok(), "{:?}", spec.validate());
+        let g = s.groups();
+        assert_eq!(g.len(), 2);
+        assert_eq!(g[1].offset, s.group_page_bytes(&g[0]));
+        assert_eq!(
+            spec.page_bytes,
+            s.group_page_bytes(&g[0]) + s.group_page_bytes(&g[1])
+        );
+        for r in [Role::Scheduler, Role::Worker] {
+            assert!(s.registration(r, 0).is_ok());
+        }
+    }
+}

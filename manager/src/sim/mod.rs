@@ -1,0 +1,12 @@
+//! A simulated engine, for a machine without a GPU and without an engine: what an instance is
+//! ([`instance`]), the bytes its computation produces ([`payload`]), the requests it sends
+//! ([`workload`]) and the engine itself talking to the daemon ([`engine`]). `orbitkv
+//! engine-sim`, `orbitkv loadgen`, the tests and the benchmarks drive the daemon with it.
+
+pub mod engine;
+pub mod instance;
+pub mod payload;
+pub mod workload;
+
+pub use engine::{EngineOptions, Report, RequestOutcome, SimEngine, SimError};
+pub use instance::{SimContract, SimGroup, SimInstance};
