@@ -37,20 +37,23 @@ pub struct Leases {
     by_id: HashMap<u64, Lease>,
     next: u64,
     per_conn: usize,
+    pins_per_conn: usize,
 }
 
 impl Leases {
-    /// No leases; at most `per_conn` per connection.
-    pub fn new(per_conn: usize) -> Self {
+    /// No leases; at most `per_conn` leases and `pins_per_conn` store pins per connection.
+    pub fn new(per_conn: usize, pins_per_conn: usize) -> Self {
         Self {
             by_id: HashMap::new(),
             next: 1,
             per_conn,
+            pins_per_conn,
         }
     }
 
-    /// Pins `records` under a new lease for `session`. Refused over the per-connection limit,
-    /// or when a record left the store since it was proven (then nothing stays pinned).
+    /// Pins `records` under a new lease for `session`. Refused over the per-connection limits
+    /// (leases, pins), or when a record left the store since it was proven (then nothing stays
+    /// pinned).
     pub fn acquire(
         &mut self,
         store: &StateStore,
@@ -60,10 +63,25 @@ impl Leases {
         now: Instant,
     ) -> Result<u64, Refusal> {
         let conn = session.conn;
-        if self.by_id.values().filter(|l| l.conn == conn).count() >= self.per_conn {
+        let (mut leases, mut pinned) = (0usize, 0usize);
+        for l in self.by_id.values().filter(|l| l.conn == conn) {
+            leases += 1;
+            pinned += l.pins.len();
+        }
+        if leases >= self.per_conn {
             return Err(Refusal {
                 code: ErrorCode::LimitExceeded,
                 detail: format!("at most {} leases per connection", self.per_conn),
+            });
+        }
+        if pinned + records.len() > self.pins_per_conn {
+            return Err(Refusal {
+                code: ErrorCode::LimitExceeded,
+                detail: format!(
+                    "{} more pins would pass the limit of {} per connection ({pinned} held); release leases or acquire less",
+                    records.len(),
+                    self.pins_per_conn
+                ),
             });
         }
         let mut pins = Vec::with_capacity(records.len());

@@ -23,7 +23,7 @@ use crate::metrics::{Metrics, inc};
 use crate::peer::{PeerPolicy, peer_cred};
 use crate::protocol::frame::ReadError;
 use crate::protocol::{DEFAULT_MAX_BODY, ErrorCode, Message, read_frame};
-use crate::session::{ConnId, Event, OsRandom, Sessions};
+use crate::session::{ConnId, Event, OsRandom, Refusal, Sessions};
 
 /// Longest socket path `sun_path` holds (108 bytes with the terminating NUL).
 pub const MAX_SOCKET_PATH: usize = 107;
@@ -44,6 +44,11 @@ pub struct ServerConfig {
     pub lease_ttl: Duration,
     /// Leases one connection may hold at once.
     pub max_leases_per_client: usize,
+    /// Store pins one connection's leases may hold at once.
+    pub max_pins_per_client: usize,
+    /// Page bytes one Load or Publish may move (a client's bytes in flight: the daemon serves
+    /// one request per connection at a time).
+    pub max_request_bytes: u64,
 }
 
 impl ServerConfig {
@@ -56,6 +61,8 @@ impl ServerConfig {
             frame_timeout: Duration::from_secs(10),
             lease_ttl: Duration::from_secs(30),
             max_leases_per_client: 4096,
+            max_pins_per_client: 1 << 20,
+            max_request_bytes: 1 << 30,
         }
     }
 }
@@ -124,6 +131,26 @@ impl Shared {
     }
 
     /// The pools of connection `id` (made on first use).
+    /// Refuses a Load or Publish whose pages hold more than the per-request byte limit.
+    fn check_request_bytes(
+        &self,
+        what: &str,
+        bridge: &orbitkv_gpu_bridge::Bridge,
+        pages: impl Iterator<Item = (orbitkv_gpu_bridge::PageRef, u32, std::ops::Range<u32>)>,
+    ) -> Result<(), Refusal> {
+        let bytes = crate::transfer::request_bytes(bridge, pages);
+        if bytes > self.config.max_request_bytes {
+            return Err(Refusal {
+                code: ErrorCode::LimitExceeded,
+                detail: format!(
+                    "a {what} of {bytes} page bytes passes the limit of {} per request; split it",
+                    self.config.max_request_bytes
+                ),
+            });
+        }
+        Ok(())
+    }
+
     fn bridge(&self, id: ConnId) -> Arc<orbitkv_gpu_bridge::Bridge> {
         self.bridges
             .lock()
@@ -142,7 +169,7 @@ impl Shared {
         &self,
         token: &crate::protocol::message::Token,
         epoch: Option<u64>,
-    ) -> Result<crate::session::Session, crate::session::Refusal> {
+    ) -> Result<crate::session::Session, Refusal> {
         let s = self.sessions();
         let r = match epoch {
             Some(e) => s.check(token, e),
@@ -155,7 +182,7 @@ impl Shared {
     /// Sends what a registration or a timeout produced; a seal registers the namespace first.
     fn dispatch(&self, events: Vec<Event>) {
         // Every rank of a seal shares its namespace: registered once, the outcome for all.
-        let mut registered: HashMap<[u8; 32], Result<(), crate::session::Refusal>> = HashMap::new();
+        let mut registered: HashMap<[u8; 32], Result<(), Refusal>> = HashMap::new();
         for e in events {
             let (conn, reply) = match e {
                 Event::Sealed { conn, reply } => {
@@ -189,7 +216,7 @@ impl Shared {
     }
 
     /// Registers the sealed instance's namespace in the store (durably, idempotently).
-    fn on_sealed(&self, conn: ConnId) -> Result<(), crate::session::Refusal> {
+    fn on_sealed(&self, conn: ConnId) -> Result<(), Refusal> {
         let inst = {
             let s = self.sessions();
             s.session_of(conn).map(|x| x.instance.clone())
@@ -200,7 +227,7 @@ impl Shared {
         let info = namespace_info(&inst.layout, &inst);
         self.store
             .register_namespace(inst.namespace, info)
-            .map_err(|e| crate::session::Refusal {
+            .map_err(|e| Refusal {
                 code: ErrorCode::Refused,
                 detail: format!("the store could not register the namespace: {e}"),
             })
@@ -282,7 +309,8 @@ impl Server {
         listener
             .set_nonblocking(true)
             .map_err(|e| io_err("configuring", e))?;
-        let leases = crate::lease::Leases::new(config.max_leases_per_client);
+        let leases =
+            crate::lease::Leases::new(config.max_leases_per_client, config.max_pins_per_client);
         Ok(Self {
             listener,
             shared: Arc::new(Shared {
@@ -623,7 +651,7 @@ fn handle(
             let pool = spec.pool;
             let r = shared.session(&token, None).and_then(|s| {
                 if s.role != crate::protocol::Role::Worker {
-                    return Err(crate::session::Refusal {
+                    return Err(Refusal {
                         code: ErrorCode::Malformed,
                         detail: "only a worker session registers page pools".into(),
                     });
@@ -638,12 +666,17 @@ fn handle(
         }
         Message::Load(l) => {
             let r = shared.session(&l.token, Some(l.epoch)).and_then(|s| {
+                let bridge = shared.bridge(id);
+                let pages = l
+                    .pages
+                    .iter()
+                    .map(|p| (p.page, p.group, p.layer_start..p.layer_end));
+                shared.check_request_bytes("Load", &bridge, pages)?;
                 let pins = shared
                     .leases()
                     .get(l.lease, &s.instance.name, Instant::now())?
                     .pins
                     .clone();
-                let bridge = shared.bridge(id);
                 Ok(crate::transfer::load(
                     &shared.store,
                     &bridge,
@@ -661,9 +694,16 @@ fn handle(
             }
         }
         Message::Publish(p) => {
-            let r = shared.session(&p.token, Some(p.epoch)).map(|s| {
+            let r = shared.session(&p.token, Some(p.epoch)).and_then(|s| {
                 let bridge = shared.bridge(id);
-                crate::transfer::publish(&shared.store, &bridge, &s, &p.pages)
+                let pages = p.pages.iter().map(|x| (x.page, x.group, 0..u32::MAX));
+                shared.check_request_bytes("Publish", &bridge, pages)?;
+                Ok(crate::transfer::publish(
+                    &shared.store,
+                    &bridge,
+                    &s,
+                    &p.pages,
+                ))
             });
             match r {
                 Ok((pages, durable)) => {
@@ -701,7 +741,7 @@ fn query(
     shared: &Shared,
     q: &crate::protocol::message::QueryRequest,
     acquire: bool,
-) -> Result<Message, crate::session::Refusal> {
+) -> Result<Message, Refusal> {
     let session = shared.session(&q.token, Some(q.epoch))?;
     inc(&shared.metrics.queries);
     let answer = crate::query::answer(&session.instance, &shared.store, q)?;

@@ -3,6 +3,7 @@
 //! Every page goes through the bridge's fencing; every page gets its own status, so the engine
 //! recomputes exactly the pages that failed.
 
+use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
@@ -71,6 +72,26 @@ pub fn register_pool(
         .map_err(|e| refuse(ErrorCode::Malformed, e.to_string()))
 }
 
+/// Page bytes a request moves: each page's group bytes within its layer range (`0..u32::MAX`:
+/// every layer). Pages of unknown pools or groups count nothing (they fail on their own).
+pub fn request_bytes(
+    bridge: &Bridge,
+    pages: impl Iterator<Item = (orbitkv_gpu_bridge::PageRef, u32, std::ops::Range<u32>)>,
+) -> u64 {
+    let mut total = 0u64;
+    for (page, group, layers) in pages {
+        let Ok(pool) = bridge.pool(page.pool) else {
+            continue;
+        };
+        let Ok(geo) = pool.spec().group(group) else {
+            continue;
+        };
+        let n = layers.end.min(geo.layers).saturating_sub(layers.start);
+        total = total.saturating_add(u64::from(n) * geo.layer_bytes);
+    }
+    total
+}
+
 /// Copies each page's record (pinned under the lease) into the page: verified on the way out of
 /// the store, fenced on the way into the page.
 pub fn load(
@@ -81,14 +102,15 @@ pub fn load(
     pages: &[LoadPage],
 ) -> Vec<PageStatus> {
     let mut buf = Vec::new();
+    let by_block: HashMap<(u32, RankSpec, u32), Pin> = pins
+        .iter()
+        .map(|(l, pin)| ((l.group, l.rank, l.block), *pin))
+        .collect();
     pages
         .iter()
         .map(|p| {
             let rank = RankSpec::from_code(p.rank);
-            let Some(&(_, pin)) = pins
-                .iter()
-                .find(|(l, _)| l.group == p.group && l.rank == rank && l.block == p.block)
-            else {
+            let Some(&pin) = by_block.get(&(p.group, rank, p.block)) else {
                 return PageStatus::Missing;
             };
             match store.get_pinned(pin, &mut buf) {

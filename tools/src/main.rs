@@ -2,6 +2,7 @@
 //! `--json`), a one-line reason on stderr when they refuse, and exit with the codes in the README.
 
 mod cmd;
+mod config;
 mod output;
 mod size;
 mod tokens;
@@ -96,8 +97,10 @@ enum Command {
     Loadgen(cmd::loadgen::LoadgenArgs),
 }
 
-fn init_logging() -> Result<(), Failure> {
-    let level = match std::env::var("ORBITKV_LOG").ok().as_deref() {
+/// Sends `tracing` logs to stderr at `level` (`None`: ORBITKV_LOG, else warn).
+pub fn init_logging(level: Option<&str>) -> Result<(), Failure> {
+    let env = std::env::var("ORBITKV_LOG").ok();
+    let level = match level.or(env.as_deref()) {
         None | Some("") | Some("warn") => tracing::Level::WARN,
         Some("error") => tracing::Level::ERROR,
         Some("info") => tracing::Level::INFO,
@@ -105,7 +108,7 @@ fn init_logging() -> Result<(), Failure> {
         Some("trace") => tracing::Level::TRACE,
         Some(other) => {
             return Err(Failure::refused(format!(
-                "ORBITKV_LOG: unknown level {other:?} (error, warn, info, debug, trace)"
+                "unknown log level {other:?} (error, warn, info, debug, trace)"
             )));
         }
     };
@@ -118,7 +121,10 @@ fn init_logging() -> Result<(), Failure> {
 }
 
 fn run(cli: Cli) -> Result<(), Failure> {
-    init_logging()?;
+    // The daemon picks its level from its flags and configuration file.
+    if !matches!(cli.command, Command::Serve(_)) {
+        init_logging(None)?;
+    }
     let out = output::Output::new(cli.json);
     match cli.command {
         Command::Identity(args) => cmd::identity::run(&args, &out),

@@ -142,3 +142,56 @@ fn a_socket_path_over_the_limit_is_refused_with_a_clear_message() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("at most 107"), "{err}");
 }
+
+#[test]
+fn serve_reads_its_configuration_file_and_flags_override_it() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let conf = dir.path().join("orbitkv.toml");
+    let from_file = dir.path().join("from-file");
+    std::fs::write(
+        &conf,
+        format!(
+            "data_dir = {:?}\nsocket = {:?}\n[capacity]\nssd_bytes = \"1GiB\"\ndram_bytes = \"32MiB\"\n[limits]\nmax_pins_per_client = 2\n",
+            from_file.display().to_string(),
+            dir.path().join("file.sock").display().to_string()
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let out = Command::new(env!("CARGO_BIN_EXE_orbitkv"))
+        .args(["serve", "--json", "--config"])
+        .arg(&conf)
+        .arg("--socket")
+        .arg(dir.path().join("flag.sock"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let serve = Serve::attach(out);
+    // The file's data directory and budgets; the flag's socket.
+    assert_eq!(serve.socket, dir.path().join("flag.sock"));
+    assert_eq!(serve.info["data_dir"], from_file.display().to_string());
+    assert_eq!(serve.info["ssd_bytes"], 1u64 << 30);
+    assert_eq!(serve.info["dram_bytes"], 32u64 << 20);
+    // The file's pin limit (2): a consumer acquiring the publisher's blocks (more than two) is
+    // refused.
+    let (code, first) = serve.engine_sim(&["--requests", "1", "--seed", "1"]);
+    assert_eq!(code, Some(0), "{first}");
+    assert!(
+        first["published_pages"].as_u64().is_some_and(|n| n > 2),
+        "{first}"
+    );
+    let (code, _) = serve.engine_sim(&["--requests", "1", "--seed", "1", "--consumer"]);
+    assert_eq!(code, Some(1), "refused past the pin limit");
+    let (status, stderr) = serve.stop();
+    assert!(status.success(), "{stderr}");
+    // An unknown key is refused with its name.
+    std::fs::write(&conf, "data_dri = \"x\"\n").unwrap_or_else(|e| panic!("{e}"));
+    let bad = Command::new(env!("CARGO_BIN_EXE_orbitkv"))
+        .args(["serve", "--config"])
+        .arg(&conf)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("data_dri"), "{err}");
+}

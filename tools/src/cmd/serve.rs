@@ -2,34 +2,46 @@
 //! defaults — the data directory `./orbitkv-data`, the socket in it, metrics on a free loopback
 //! port, capacities from the machine — and prints where it listens. SIGTERM or SIGINT stops it
 //! cleanly: no new connections, every connection closed, the store synced and closed (its lock
-//! released), exit 0.
+//! released), exit 0. `--config FILE` reads every option from a TOML file (`deploy/orbitkv.toml`
+//! documents each); a flag overrides the file.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use clap::Args;
 use orbitkv_manager::metrics::Exporter;
+use orbitkv_manager::peer::PeerPolicy;
 use orbitkv_manager::server::{Server, ServerConfig};
 use orbitkv_segments::Alignment;
 use orbitkv_store::{Durability, StateStore, StoreConfig};
 
 use crate::Failure;
+use crate::config::ServeConfig;
 use crate::output::Output;
 
 /// `serve` arguments.
 #[derive(Args)]
 pub struct ServeArgs {
-    /// The data directory (created if missing).
-    #[arg(long, value_name = "DIR", default_value = "./orbitkv-data")]
-    data_dir: PathBuf,
+    /// A TOML configuration file (every key optional; flags override it).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The data directory (created if missing) [default: ./orbitkv-data].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
     /// The control socket [default: DIR/orbitkv.sock].
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
-    /// Where the Prometheus exporter listens (`127.0.0.1:0` picks a free port).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
-    metrics: String,
+    /// Where the Prometheus exporter listens (`127.0.0.1:0` picks a free port)
+    /// [default: 127.0.0.1:0].
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
+    /// Log level on stderr: error, warn, info, debug, trace [default: ORBITKV_LOG, then the
+    /// file's log_level, then warn].
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
     /// DRAM-tier budget [default: a quarter of the memory available at start].
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
     dram_bytes: Option<u64>,
@@ -38,6 +50,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
     ssd_bytes: Option<u64>,
 }
+
+/// Without a DRAM budget, the tier gets this fraction of the memory available at start.
+pub const DRAM_FRACTION: f64 = 0.25;
+/// Without an SSD budget, the tier gets this fraction of the free space (plus what it holds).
+pub const SSD_FRACTION: f64 = 0.8;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -84,35 +101,92 @@ fn free_bytes(dir: &Path) -> Option<u64> {
 
 /// Runs the daemon until a signal stops it.
 pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
+    let file = match &a.config {
+        Some(p) => ServeConfig::load(p)?,
+        None => ServeConfig::default(),
+    };
+    let env_level = std::env::var("ORBITKV_LOG").ok().filter(|l| !l.is_empty());
+    crate::init_logging(
+        a.log_level
+            .as_deref()
+            .or(env_level.as_deref())
+            .or(file.log_level.as_deref()),
+    )?;
+    let data_dir = a
+        .data_dir
+        .clone()
+        .or_else(|| file.data_dir.clone())
+        .unwrap_or_else(|| PathBuf::from("./orbitkv-data"));
     let socket = a
         .socket
         .clone()
-        .unwrap_or_else(|| a.data_dir.join("orbitkv.sock"));
+        .or_else(|| file.socket.clone())
+        .unwrap_or_else(|| data_dir.join("orbitkv.sock"));
+    let metrics = a
+        .metrics
+        .clone()
+        .or_else(|| file.metrics.clone())
+        .unwrap_or_else(|| "127.0.0.1:0".to_owned());
     let refused = |e: String| Failure::refused(e);
-    std::fs::create_dir_all(&a.data_dir)
-        .map_err(|e| refused(format!("{}: {e}", a.data_dir.display())))?;
-    let (io, direct) = orbitkv_store::io::default_for(&a.data_dir);
-    let mut cfg = StoreConfig::new(&a.data_dir);
+    std::fs::create_dir_all(&data_dir)
+        .map_err(|e| refused(format!("{}: {e}", data_dir.display())))?;
+    let (io, direct) = orbitkv_store::io::default_for(&data_dir);
+    let mut cfg = StoreConfig::new(&data_dir);
     cfg.durability = Durability::EveryPut;
     if direct {
         cfg.alignment = Alignment::Direct;
     }
+    let cap = &file.capacity;
+    let dram_fraction = cap.dram_fraction.unwrap_or(DRAM_FRACTION);
+    let ssd_fraction = cap.ssd_fraction.unwrap_or(SSD_FRACTION);
     cfg.dram_bytes = a
         .dram_bytes
-        .unwrap_or_else(|| mem_available().map_or(256 << 20, |m| m / 4));
-    let ssd = match a.ssd_bytes {
+        .or(cap.dram_bytes.map(|s| s.0))
+        .unwrap_or_else(|| {
+            mem_available().map_or(256 << 20, |m| (m as f64 * dram_fraction) as u64)
+        });
+    let ssd = match a.ssd_bytes.or(cap.ssd_bytes.map(|s| s.0)) {
         Some(b) => b,
         None => {
-            let used = dir_bytes(&a.data_dir);
-            free_bytes(&a.data_dir).map_or(1 << 30, |f| f / 5 * 4) + used
+            let used = dir_bytes(&data_dir);
+            free_bytes(&data_dir).map_or(1 << 30, |f| (f as f64 * ssd_fraction) as u64) + used
         }
     };
     cfg.ssd_bytes = Some(ssd.max(orbitkv_store::MIN_SSD_BYTES));
+    let mut server_cfg = ServerConfig::new(&socket);
+    let l = &file.limits;
+    if let Some(b) = l.max_message_bytes {
+        server_cfg.max_body = u32::try_from(b.0).map_err(|_| {
+            refused(format!(
+                "limits.max_message_bytes = {}: at most {} (4 GiB - 1)",
+                b.0,
+                u32::MAX
+            ))
+        })?;
+    }
+    if let Some(ms) = l.frame_timeout_ms {
+        server_cfg.frame_timeout = Duration::from_millis(ms.max(1));
+    }
+    if let Some(ms) = l.lease_ttl_ms {
+        server_cfg.lease_ttl = Duration::from_millis(ms.max(1));
+    }
+    if let Some(n) = l.max_leases_per_client {
+        server_cfg.max_leases_per_client = n;
+    }
+    if let Some(n) = l.max_pins_per_client {
+        server_cfg.max_pins_per_client = n;
+    }
+    if let Some(b) = l.max_request_bytes {
+        server_cfg.max_request_bytes = b.0;
+    }
+    server_cfg.peers = PeerPolicy {
+        uids: file.peers.uids.clone(),
+        gids: file.peers.gids.clone(),
+    };
     let store = Arc::new(StateStore::open(io, cfg.clone()).map_err(|e| refused(e.to_string()))?);
-    let server = Server::bind(ServerConfig::new(&socket), store.clone())
-        .map_err(|e| refused(e.to_string()))?;
-    let exporter = Exporter::start(&a.metrics, server.metrics_source())
-        .map_err(|e| refused(format!("--metrics {}: {e}", a.metrics)))?;
+    let server = Server::bind(server_cfg, store.clone()).map_err(|e| refused(e.to_string()))?;
+    let exporter = Exporter::start(&metrics, server.metrics_source())
+        .map_err(|e| refused(format!("metrics address {metrics}: {e}")))?;
     install_signal_handlers();
     let backend = if direct {
         "io_uring + O_DIRECT"
@@ -125,7 +199,7 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
             "orbitkv serve: listening on {}\nmetrics: http://{}/metrics\ndata: {} ({backend}; DRAM tier {} bytes, SSD tier {} bytes)\npages: {gpu}\n",
             socket.display(),
             exporter.addr(),
-            a.data_dir.display(),
+            data_dir.display(),
             cfg.dram_bytes,
             ssd
         ),
@@ -133,7 +207,7 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
             serde_json::json!({
             "socket": socket.display().to_string(),
             "metrics": format!("http://{}/metrics", exporter.addr()),
-            "data_dir": a.data_dir.display().to_string(),
+            "data_dir": data_dir.display().to_string(),
             "io": backend,
             "dram_bytes": cfg.dram_bytes,
             "ssd_bytes": ssd,
@@ -145,7 +219,7 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
     let stopper = server.stopper();
     let watcher = std::thread::spawn(move || {
         while !STOP.load(Ordering::Acquire) {
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(20));
         }
         stopper.stop();
     });

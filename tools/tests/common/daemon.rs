@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 pub struct Serve {
     pub child: Child,
     pub socket: PathBuf,
+    /// host:port of the metrics exporter.
     pub metrics: String,
+    /// The document serve printed when it started listening.
+    pub info: serde_json::Value,
 }
 
 /// The `orbitkv` binary under test.
@@ -21,32 +24,47 @@ impl Serve {
     /// Starts `orbitkv serve` on `data` (64 MiB DRAM, 1 GiB SSD) and waits until it says where
     /// it listens.
     pub fn start(data: &Path) -> Self {
-        let mut child = bin()
-            .args(["serve", "--data-dir"])
+        let child = bin()
+            .args(["serve", "--json", "--data-dir"])
             .arg(data)
             .args(["--dram-bytes", "64MiB", "--ssd-bytes", "1GiB"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("spawn: {e}"));
+        Self::attach(child)
+    }
+
+    /// Takes over a `serve --json` child: reads the document it prints once it listens.
+    pub fn attach(mut child: Child) -> Self {
         let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
-        let mut lines = BufReader::new(stdout).lines();
-        let mut socket = None;
-        let mut metrics = None;
-        // Read until both addresses are known (the daemon keeps stdout open).
-        while socket.is_none() || metrics.is_none() {
-            let Some(Ok(line)) = lines.next() else { break };
-            if let Some(s) = line.strip_prefix("orbitkv serve: listening on ") {
-                socket = Some(PathBuf::from(s));
+        let mut line = String::new();
+        // The daemon keeps stdout open: read its one line only.
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let info: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| {
+            let mut err = String::new();
+            if let Some(mut s) = child.stderr.take() {
+                let _ = s.read_to_string(&mut err);
             }
-            if let Some(m) = line.strip_prefix("metrics: http://") {
-                metrics = m.strip_suffix("/metrics").map(str::to_owned);
-            }
-        }
+            panic!("serve printed {line:?} ({e}); stderr: {err}")
+        });
+        let text = |k: &str| {
+            info[k]
+                .as_str()
+                .unwrap_or_else(|| panic!("no {k} in {info}"))
+                .to_owned()
+        };
+        let metrics = text("metrics");
+        let metrics = metrics
+            .strip_prefix("http://")
+            .and_then(|m| m.strip_suffix("/metrics"))
+            .unwrap_or_else(|| panic!("metrics address {metrics}"))
+            .to_owned();
         Serve {
+            socket: PathBuf::from(text("socket")),
+            metrics,
+            info,
             child,
-            socket: socket.unwrap_or_else(|| panic!("serve did not say where it listens")),
-            metrics: metrics.unwrap_or_else(|| panic!("serve did not say where its metrics are")),
         }
     }
 
