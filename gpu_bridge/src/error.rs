@@ -98,6 +98,14 @@ pub enum Error {
         /// Bytes given.
         got: u64,
     },
+    /// A device driver call failed, or the device is unusable (the CUDA backend).
+    #[error("device: {call}: {detail}")]
+    Device {
+        /// The driver call or step.
+        call: &'static str,
+        /// What it returned.
+        detail: String,
+    },
     /// An operating-system call failed.
     #[error("{what}: {source}")]
     Io {

@@ -167,6 +167,30 @@ impl Region {
         Ok(())
     }
 
+    /// Appends `len` bytes of the region at `at` to `out`, copied straight into its spare
+    /// capacity (no zero-fill pass first: a copy out costs one pass over the bytes).
+    #[expect(
+        unsafe_code,
+        reason = "a raw copy out of shared memory into a Vec's spare capacity"
+    )]
+    fn append(&self, at: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
+        let at = self.check(at, len)?;
+        out.reserve(len);
+        let old = out.len();
+        // SAFETY: `at..at + len` lies in the mapping (checked) and `reserve` made room for `len`
+        // more bytes after `old`; the ranges do not overlap (the Vec is a separate allocation).
+        // The `len` bytes are initialized by the copy before `set_len` exposes them.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().add(at),
+                out.as_mut_ptr().add(old),
+                len,
+            );
+            out.set_len(old + len);
+        }
+        Ok(())
+    }
+
     fn check(&self, at: u64, len: usize) -> Result<usize> {
         usize::try_from(at)
             .ok()
@@ -466,11 +490,11 @@ impl PagePool for AttachedPool {
             let g = self.spec.group(group)?;
             let total = usize::try_from(g.bytes_for(&g.all_layers()))
                 .map_err(|_| Error::Geometry("group too large".into()))?;
-            out.resize(total, 0);
+            out.reserve(total);
             let base = self.page_base(lease.page().index);
             let lb = g.layer_bytes as usize;
-            for (l, chunk) in g.all_layers().zip(out.chunks_exact_mut(lb)) {
-                self.region.read(base + g.layer_range(l).start, chunk)?;
+            for l in g.all_layers() {
+                self.region.append(base + g.layer_range(l).start, lb, out)?;
             }
             // Seqlock-style: the copy's reads happen before the generation is read again.
             fence(Ordering::Acquire);

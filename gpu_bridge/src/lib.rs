@@ -14,14 +14,19 @@
 //!
 //! Backends ([`backend::PagePool`]): the host backend ([`host`]), always built, keeps the pool
 //! in shared memory owned by the engine process (a sealed memfd passed with `SCM_RIGHTS`,
-//! [`fdpass`]), so tests exercise real cross-process copies.
+//! [`fdpass`]), so tests exercise real cross-process copies. Backends whose pages are device
+//! memory move them through a pinned staging buffer in batches ([`staging`]); the CUDA backend
+//! (`cuda` module, feature `cuda`) is one.
 
 pub mod backend;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod error;
 pub mod fdpass;
 pub mod fence;
 pub mod host;
 pub mod pool;
+pub mod staging;
 
 pub use backend::{PageLease, PagePool};
 pub use error::{Error, Result};

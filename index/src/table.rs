@@ -30,12 +30,34 @@ pub(crate) struct SlotKey {
     pub(crate) native: [u64; 3],
 }
 
+/// SplitMix64's finalizer: every input bit reaches every output bit.
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// A random seed fixed for the life of the process, so the slots keys land in cannot be
+/// predicted (and so cannot be crowded onto one probe path) by whoever chooses the hashes.
+fn seed() -> u64 {
+    use std::hash::BuildHasher;
+    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SEED.get_or_init(|| {
+        std::collections::hash_map::RandomState::new().hash_one(0x6f72_6269_746bu64)
+    })
+}
+
 impl SlotKey {
-    /// The word the shard is chosen from and the word the position is chosen from: independent
-    /// bits of an already uniform hash, mixed with the class.
+    /// The word the shard is chosen from and the word the position is chosen from: all of the
+    /// class and the 24 native-hash bytes mixed under the process's seed. Engines' native
+    /// hashes are digests, but a hash is whatever an engine sends: a structured or hostile one
+    /// must not pile onto one probe chain.
     pub(crate) fn hashes(&self) -> (u64, u64) {
-        let c = u64::from(self.class).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        (self.native[0] ^ c, self.native[1] ^ c.rotate_left(32))
+        let c = u64::from(self.class).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let a = mix(self.native[0] ^ seed() ^ c);
+        let b = mix(self.native[1] ^ a.rotate_left(23));
+        let h = mix(self.native[2] ^ b);
+        (h, mix(h ^ 0xD6E8_FEB8_6659_FD93))
     }
     pub(crate) fn matches(&self, w: &[u64; WORDS]) -> bool {
         (w[1] & 0xffff_ffff) as u32 == self.class && w[2..5] == self.native

@@ -34,6 +34,50 @@ pub struct Metrics {
     pub published_pages: AtomicU64,
     /// Pages of a Load or Publish that failed (stale, out of range, bad record, ...).
     pub failed_pages: AtomicU64,
+    /// Time the daemon took to answer each hot-path request, by kind ([`LATENCY_KINDS`]).
+    pub latency: [Histogram; LATENCY_KINDS.len()],
+}
+
+/// The hot-path requests whose service time is kept, in [`Metrics::latency`] order: a
+/// Publish is timed to its first reply (the pages are free) and to its second (durable).
+pub const LATENCY_KINDS: [&str; 6] = [
+    "query",
+    "acquire",
+    "load",
+    "publish_copied",
+    "publish_durable",
+    "release",
+];
+
+/// Upper bounds of the latency buckets, in microseconds.
+pub const LATENCY_BUCKETS_US: [u64; 14] = [
+    10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 1_000_000,
+];
+
+/// A latency histogram: counts per bucket (not cumulative), the sum and the count.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; LATENCY_BUCKETS_US.len()],
+    sum_ns: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    /// Counts one request that took `d`.
+    pub fn observe(&self, d: std::time::Duration) {
+        let us = d.as_micros() as u64;
+        if let Some(i) = LATENCY_BUCKETS_US.iter().position(|b| us <= *b) {
+            inc(&self.buckets[i]);
+        }
+        self.sum_ns
+            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+        inc(&self.count);
+    }
+
+    /// Requests counted.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
 }
 
 /// Miss reason names, by code from 1 (docs/protocol.md, "Miss reasons").
@@ -232,6 +276,27 @@ impl Metrics {
             "Segments quarantined after read errors.",
             store.quarantined_segments,
         );
+        let _ = writeln!(
+            o,
+            "# HELP orbitkv_request_seconds Time the daemon took to answer hot-path requests, by kind.\n# TYPE orbitkv_request_seconds histogram"
+        );
+        for (kind, h) in LATENCY_KINDS.iter().zip(&self.latency) {
+            let mut cumulative = 0;
+            for (b, c) in LATENCY_BUCKETS_US.iter().zip(&h.buckets) {
+                cumulative += g(c);
+                let _ = writeln!(
+                    o,
+                    "orbitkv_request_seconds_bucket{{kind=\"{kind}\",le=\"{}\"}} {cumulative}",
+                    *b as f64 / 1e6
+                );
+            }
+            let count = g(&h.count);
+            let _ = writeln!(
+                o,
+                "orbitkv_request_seconds_bucket{{kind=\"{kind}\",le=\"+Inf\"}} {count}\norbitkv_request_seconds_sum{{kind=\"{kind}\"}} {}\norbitkv_request_seconds_count{{kind=\"{kind}\"}} {count}",
+                g(&h.sum_ns) as f64 / 1e9
+            );
+        }
         gauge(
             &mut o,
             "orbitkv_leases",

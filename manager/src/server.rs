@@ -473,6 +473,7 @@ fn serve_conn(shared: &Arc<Shared>, stream: UnixStream) {
         stream,
         fds: Vec::new(),
     };
+    let mut spare = crate::transfer::Spare::default();
     loop {
         let (header, body) = match read_timed_frame(&mut reader, &shared.config, &shared.stop) {
             Ok(f) => f,
@@ -507,7 +508,7 @@ fn serve_conn(shared: &Arc<Shared>, stream: UnixStream) {
             }
         };
         let fds = std::mem::take(&mut reader.fds);
-        if !handle(shared, id, &conn, header.request, msg, fds) {
+        if !handle(shared, id, &conn, header.request, msg, fds, &mut spare) {
             break;
         }
     }
@@ -537,26 +538,28 @@ fn serve_conn(shared: &Arc<Shared>, stream: UnixStream) {
 }
 
 /// Reads a frame: waits as long as it takes for its first byte, then at most the frame timeout
-/// for the rest.
-/// The socket's read timeout is the frame timeout (set once per connection); waiting for a
-/// frame's first byte simply waits again, so only a frame begun and not finished times out.
+/// for the rest. The socket's read timeout is the frame timeout (set once per connection);
+/// a read that times out before the frame's first byte simply waits again, so only a frame begun
+/// and not finished times out. The header is read in one call where it has arrived whole (the
+/// usual case: one read for the header, one for the body).
 fn read_timed_frame(
     reader: &mut FdReader,
     config: &ServerConfig,
     stop: &AtomicBool,
 ) -> Result<(crate::protocol::FrameHeader, Vec<u8>), ReadError> {
-    let mut first = [0u8; 1];
-    loop {
-        match reader.read(&mut first) {
+    let mut header = [0u8; crate::protocol::HEADER_LEN];
+    let mut got = 0;
+    while got < header.len() {
+        match reader.read(&mut header[got..]) {
             Ok(0) => return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into())),
-            Ok(_) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
+                if got == 0
+                    && matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
             {
                 if stop.load(Ordering::Acquire) {
                     return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));
@@ -565,7 +568,7 @@ fn read_timed_frame(
             Err(e) => return Err(ReadError::Io(e)),
         }
     }
-    let mut chained = (&first[..]).chain(&mut *reader);
+    let mut chained = (&header[..]).chain(&mut *reader);
     read_frame(&mut chained, config.max_body)
 }
 
@@ -584,7 +587,18 @@ fn handle(
     request: u64,
     msg: Message,
     mut fds: Vec<OwnedFd>,
+    spare: &mut crate::transfer::Spare,
 ) -> bool {
+    let started = Instant::now();
+    // Which latency histogram the reply is timed into (crate::metrics::LATENCY_KINDS).
+    let timed = match &msg {
+        Message::Query(_) => Some(0),
+        Message::Acquire(_) => Some(1),
+        Message::Load(_) => Some(2),
+        Message::Publish(_) => Some(4),
+        Message::Release { .. } => Some(5),
+        _ => None,
+    };
     let reply = match msg {
         Message::Hello { .. } => Message::Welcome {
             server: format!("orbitkv {}", env!("CARGO_PKG_VERSION")),
@@ -698,22 +712,26 @@ fn handle(
                 let bridge = shared.bridge(id);
                 let pages = p.pages.iter().map(|x| (x.page, x.group, 0..u32::MAX));
                 shared.check_request_bytes("Publish", &bridge, pages)?;
-                Ok(crate::transfer::publish(
-                    &shared.store,
-                    &bridge,
-                    &s,
-                    &p.pages,
-                ))
+                Ok(crate::transfer::copy_out(&bridge, &s, &p.pages, spare))
             });
             match r {
-                Ok((pages, durable)) => {
+                Ok(copied) => {
+                    // The pages may be reused now: nothing reads them again. Storing and
+                    // durability are the second reply.
+                    conn.send(
+                        request,
+                        &Message::PublishCopied {
+                            pages: copied.statuses.clone(),
+                        },
+                    );
+                    shared.metrics.latency[3].observe(started.elapsed());
+                    let (pages, durable) =
+                        crate::transfer::store_copies(&shared.store, copied, spare);
                     shared.metrics.pages(&pages, false);
-                    // The pages may be reused now; durability is the second reply.
-                    conn.send(request, &Message::PublishCopied { pages });
                     // A store that syncs every put has made them durable already.
                     let synced = if durable { Ok(()) } else { shared.store.sync() };
                     match synced {
-                        Ok(()) => Message::PublishDurable,
+                        Ok(()) => Message::PublishDurable { pages },
                         Err(e) => refused(e),
                     }
                 }
@@ -733,6 +751,9 @@ fn handle(
         }
     };
     conn.send(request, &reply);
+    if let Some(k) = timed {
+        shared.metrics.latency[k].observe(started.elapsed());
+    }
     true
 }
 

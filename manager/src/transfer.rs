@@ -31,7 +31,9 @@ pub fn status_of(e: &BridgeError) -> PageStatus {
         BridgeError::Geometry(_) | BridgeError::Length { .. } | BridgeError::Region(_) => {
             PageStatus::BadGeometry
         }
-        BridgeError::TooManyLeases { .. } | BridgeError::Io { .. } => PageStatus::Refused,
+        BridgeError::TooManyLeases { .. } | BridgeError::Io { .. } | BridgeError::Device { .. } => {
+            PageStatus::Refused
+        }
     }
 }
 
@@ -113,28 +115,38 @@ pub fn load(
             let Some(&pin) = by_block.get(&(p.group, rank, p.block)) else {
                 return PageStatus::Missing;
             };
-            match store.get_pinned(pin, &mut buf) {
-                Ok(Some(_)) => {}
-                Ok(None) => return PageStatus::Missing,
-                // A read or checksum failure: the record is dropped, never copied.
-                Err(_) => return PageStatus::BadRecord,
-            }
-            let lease = match bridge.lease(epoch, p.page) {
-                Ok(l) => l,
-                Err(e) => return status_of(&e),
-            };
-            let geo = match lease.pool().spec().group(p.group) {
-                Ok(g) => *g,
-                Err(_) => return PageStatus::BadGeometry,
-            };
-            if buf.len() as u64 != geo.bytes_for(&geo.all_layers()) || p.layer_end > geo.layers {
-                return PageStatus::BadGeometry;
-            }
-            let from = (u64::from(p.layer_start) * geo.layer_bytes) as usize;
-            let to = (u64::from(p.layer_end) * geo.layer_bytes) as usize;
-            match bridge.load(&lease, p.group, p.layer_start..p.layer_end, &buf[from..to]) {
-                Ok(()) => PageStatus::Ok,
-                Err(e) => status_of(&e),
+            // The DRAM tier's copy is lent as it is (one copy, into the page); a record read
+            // from SSD comes through `buf`. A read or checksum failure drops the record: never
+            // copied.
+            let copied = store.with_pinned(pin, &mut buf, |bytes| {
+                let lease = bridge.lease(epoch, p.page).map_err(|e| status_of(&e))?;
+                let geo = *lease
+                    .pool()
+                    .spec()
+                    .group(p.group)
+                    .map_err(|_| PageStatus::BadGeometry)?;
+                if bytes.len() as u64 != geo.bytes_for(&geo.all_layers())
+                    || p.layer_start > p.layer_end
+                    || p.layer_end > geo.layers
+                {
+                    return Err(PageStatus::BadGeometry);
+                }
+                let from = (u64::from(p.layer_start) * geo.layer_bytes) as usize;
+                let to = (u64::from(p.layer_end) * geo.layer_bytes) as usize;
+                bridge
+                    .load(
+                        &lease,
+                        p.group,
+                        p.layer_start..p.layer_end,
+                        &bytes[from..to],
+                    )
+                    .map_err(|e| status_of(&e))
+            });
+            match copied {
+                Ok(Some(Ok(()))) => PageStatus::Ok,
+                Ok(Some(Err(status))) => status,
+                Ok(None) => PageStatus::Missing,
+                Err(_) => PageStatus::BadRecord,
             }
         })
         .collect()
@@ -144,37 +156,104 @@ pub fn load(
 /// (and, with a store that syncs every put, one sync) per bundle rather than per page.
 pub const PUBLISH_BUNDLE_BYTES: usize = 32 << 20;
 
-/// Copies each page out and stores it as the record its block names. A page reused during its
-/// copy is not stored. The copies are stored in bundles ([`PUBLISH_BUNDLE_BYTES`]); when the
-/// store refuses a bundle its records are stored one by one, so only the refused ones fail. Returns each page's status and whether every
-/// stored record is durable already (the store syncs each put).
-pub fn publish(
-    store: &StateStore,
+/// Copy buffers a connection keeps between Publishes, so a copy lands in memory already
+/// faulted in rather than in a fresh allocation (at most [`Spare::RETAIN`] bytes kept).
+#[derive(Debug, Default)]
+pub struct Spare {
+    bufs: Vec<Vec<u8>>,
+    bytes: usize,
+}
+
+impl Spare {
+    /// Bytes of buffers kept at most.
+    pub const RETAIN: usize = 64 << 20;
+
+    fn take(&mut self) -> Vec<u8> {
+        match self.bufs.pop() {
+            Some(b) => {
+                self.bytes -= b.capacity();
+                b
+            }
+            None => Vec::new(),
+        }
+    }
+
+    fn give(&mut self, mut b: Vec<u8>) {
+        if self.bytes + b.capacity() <= Self::RETAIN {
+            b.clear();
+            self.bytes += b.capacity();
+            self.bufs.push(b);
+        }
+    }
+}
+
+/// A Publish's pages copied out of the engine's pool: each page's status, and the records the
+/// copied ones become, waiting to be stored.
+#[derive(Debug)]
+pub struct Copied {
+    /// Per page, in request order: `Ok` when copied.
+    pub statuses: Vec<PageStatus>,
+    /// The copies: (request position, record, bytes).
+    records: Vec<(usize, RecordMeta, Vec<u8>)>,
+}
+
+/// Copies each page out (fenced, re-checked seqlock-style: a page reused during its copy is not
+/// kept). Once this returns the engine may reuse every page: nothing reads them afterwards.
+pub fn copy_out(
     bridge: &Bridge,
     session: &Session,
     pages: &[PublishPage],
-) -> (Vec<PageStatus>, bool) {
+    spare: &mut Spare,
+) -> Copied {
     let inst: &Arc<crate::session::SealedInstance> = &session.instance;
-    let mut durable = true;
     let mut statuses = vec![PageStatus::Ok; pages.len()];
-    // Copied pages waiting for their bundle: (request position, meta, bytes).
-    let mut pending: Vec<(usize, RecordMeta, Vec<u8>)> = Vec::new();
-    let mut pending_bytes = 0usize;
-    let mut flush = |pending: &mut Vec<(usize, RecordMeta, Vec<u8>)>,
-                     statuses: &mut [PageStatus]| {
-        if pending.is_empty() {
-            return;
+    let mut records = Vec::with_capacity(pages.len());
+    for (i, p) in pages.iter().enumerate() {
+        let mut buf = spare.take();
+        match copy_page(bridge, inst, session.rank, p, &mut buf) {
+            Ok(meta) => records.push((i, meta, buf)),
+            Err(status) => {
+                statuses[i] = status;
+                spare.give(buf);
+            }
         }
-        let records: Vec<(RecordMeta, &[u8])> = pending
+    }
+    Copied { statuses, records }
+}
+
+/// Stores the copies as the records their blocks name, in bundles of at most
+/// [`PUBLISH_BUNDLE_BYTES`]; when the store refuses a bundle its records are stored one by one,
+/// so only the refused ones fail. Returns each page's final status (`Ok`: stored) and whether
+/// every stored record is durable already (the store syncs each put).
+pub fn store_copies(
+    store: &StateStore,
+    copied: Copied,
+    spare: &mut Spare,
+) -> (Vec<PageStatus>, bool) {
+    let Copied {
+        mut statuses,
+        records,
+    } = copied;
+    let mut durable = true;
+    let mut start = 0;
+    while start < records.len() {
+        let mut end = start;
+        let mut bytes = 0;
+        while end < records.len() && (end == start || bytes < PUBLISH_BUNDLE_BYTES) {
+            bytes += records[end].2.len();
+            end += 1;
+        }
+        let batch = &records[start..end];
+        let bundle: Vec<(RecordMeta, &[u8])> = batch
             .iter()
             .map(|(_, m, b)| (m.clone(), b.as_slice()))
             .collect();
-        match store.put(&records) {
+        match store.put(&bundle) {
             Ok(receipt) => durable &= receipt.durable,
             // One record the store refuses (its range conflicts with a stored one, say) must
-            // not take the others with it: store them one by one.
+            // not take the others with it.
             Err(_) => {
-                for ((i, _, _), record) in pending.iter().zip(&records) {
+                for ((i, _, _), record) in batch.iter().zip(&bundle) {
                     match store.put(std::slice::from_ref(record)) {
                         Ok(receipt) => durable &= receipt.durable,
                         Err(_) => statuses[*i] = PageStatus::Refused,
@@ -182,32 +261,22 @@ pub fn publish(
                 }
             }
         }
-        pending.clear();
-    };
-    for (i, p) in pages.iter().enumerate() {
-        match copy_out(bridge, inst, session.rank, p) {
-            Ok((meta, buf)) => {
-                pending_bytes += buf.len();
-                pending.push((i, meta, buf));
-                if pending_bytes >= PUBLISH_BUNDLE_BYTES {
-                    flush(&mut pending, &mut statuses);
-                    pending_bytes = 0;
-                }
-            }
-            Err(status) => statuses[i] = status,
-        }
+        start = end;
     }
-    flush(&mut pending, &mut statuses);
+    for (_, _, b) in records {
+        spare.give(b);
+    }
     (statuses, durable)
 }
 
-/// Copies one page out (fenced, re-checked) and names the record it becomes.
-fn copy_out(
+/// Copies one page out into `buf` (fenced, re-checked) and names the record it becomes.
+fn copy_page(
     bridge: &Bridge,
     inst: &crate::session::SealedInstance,
     session_rank: u32,
     p: &PublishPage,
-) -> Result<(RecordMeta, Vec<u8>), PageStatus> {
+    buf: &mut Vec<u8>,
+) -> Result<RecordMeta, PageStatus> {
     let contract = inst
         .contract
         .groups()
@@ -250,18 +319,14 @@ fn copy_out(
     let lease = bridge
         .lease(inst.epoch, p.page)
         .map_err(|e| status_of(&e))?;
-    let mut buf = Vec::new();
     bridge
-        .publish(&lease, p.group, &mut buf)
+        .publish(&lease, p.group, buf)
         .map_err(|e| status_of(&e))?;
     drop(lease);
-    Ok((
-        RecordMeta {
-            key: k,
-            parent,
-            range,
-            format,
-        },
-        buf,
-    ))
+    Ok(RecordMeta {
+        key: k,
+        parent,
+        range,
+        format,
+    })
 }

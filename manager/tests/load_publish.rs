@@ -45,8 +45,8 @@ fn register_pool(s: &mut Sealed, sim: &SimInstance) -> HostPool {
     pool
 }
 
-/// Publishes each `(block, page)`; returns the per-page statuses after both replies (copied,
-/// then durable).
+/// Publishes each `(block, page)`; returns the per-page statuses of the copies (the first
+/// reply), checking that the second (stored and durable) agrees.
 fn publish(s: &mut Sealed, sim: &SimInstance, pages: &[(u32, PageRef)]) -> Vec<PageStatus> {
     let bt = u64::from(sim.block_tokens);
     let (worker, token) = &mut s.workers[0];
@@ -74,7 +74,12 @@ fn publish(s: &mut Sealed, sim: &SimInstance, pages: &[(u32, PageRef)]) -> Vec<P
         other => panic!("{other:?}"),
     };
     let durable = worker.reply(id).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(durable, Message::PublishDurable);
+    assert_eq!(
+        durable,
+        Message::PublishDurable {
+            pages: copied.clone()
+        }
+    );
     copied
 }
 
@@ -210,4 +215,9 @@ fn stale_pages_are_refused_per_page_and_never_written_or_stored() {
         "a refused load wrote into the page"
     );
     assert_eq!(pool.leases(9).unwrap_or_else(|e| panic!("{e}")), 0);
+    // A layer range past the group's layers is refused for its page only (a reversed one does
+    // not decode: the whole request is malformed).
+    let now = pool.page_ref(9).unwrap_or_else(|e| panic!("{e}"));
+    let st = load(&mut s, lease, &[(0, now, 1, 3), (0, now, 0, 2)]);
+    assert_eq!(st, vec![PageStatus::BadGeometry, PageStatus::Ok]);
 }

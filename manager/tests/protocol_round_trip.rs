@@ -165,7 +165,9 @@ fn every_message() -> Vec<Message> {
         Message::PublishCopied {
             pages: vec![PageStatus::Ok, PageStatus::ChangedDuringCopy],
         },
-        Message::PublishDurable,
+        Message::PublishDurable {
+            pages: vec![PageStatus::Ok, PageStatus::Refused],
+        },
         Message::Released,
         Message::StatsReply {
             text: "orbitkv_queries_total 3\n".into(),

@@ -96,6 +96,28 @@ impl DramTier {
         true
     }
 
+    /// Lends the copy of `key` at `sequence` to `f` without copying it (the copy stays alive
+    /// while `f` runs even if it is evicted meanwhile); `None` when there is none.
+    pub(crate) fn with<R>(
+        &self,
+        key: &StateKey,
+        sequence: u64,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Option<R> {
+        if !self.enabled() {
+            return None;
+        }
+        let entry = {
+            let map = self.shard(key).read().unwrap_or_else(|p| p.into_inner());
+            match map.get(key) {
+                Some(e) if e.sequence == sequence => e.clone(),
+                _ => return None,
+            }
+        };
+        entry.read.store(true, Ordering::Relaxed);
+        Some(f(&entry.bytes))
+    }
+
     /// Forgets the copy of `key` if it is of `sequence` or older.
     pub(crate) fn remove(&self, key: &StateKey, sequence: u64) {
         if !self.enabled() {

@@ -120,4 +120,34 @@ impl StateStore {
             .read_verified(&segment, &key, &record, out, false)
             .then_some(record))
     }
+
+    /// Calls `f` with the pinned record's bytes, verified as [`StateStore::get_pinned`] verifies,
+    /// copying them at most once: the DRAM tier's copy is lent as it is; otherwise the record is
+    /// read into `scratch`. `None` when the pin is not held or the bytes fail verification.
+    pub fn with_pinned<R>(
+        &self,
+        pin: Pin,
+        scratch: &mut Vec<u8>,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>> {
+        let (key, record, segment) = {
+            let table = self.pins.table();
+            let Some(p) = table.pins.get(&pin.0) else {
+                return Ok(None);
+            };
+            (p.key, p.record, p.segment.clone())
+        };
+        let mut f = Some(f);
+        if let Some(r) = self
+            .dram
+            .with(&key, record.sequence, |b| f.take().map(|f| f(b)))
+        {
+            Stats::add(&self.stats.dram_hits, 1);
+            return Ok(r);
+        }
+        if !self.read_verified(&segment, &key, &record, scratch, false) {
+            return Ok(None);
+        }
+        Ok(f.map(|f| f(scratch)))
+    }
 }

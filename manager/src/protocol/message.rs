@@ -368,8 +368,12 @@ pub enum Message {
         /// Per page.
         pages: Vec<PageStatus>,
     },
-    /// A Publish's records are durable (a second reply to the same request).
-    PublishDurable,
+    /// A Publish's records are stored and durable (a second reply to the same request): one
+    /// final status per page — `Ok` for each stored record, else why its page was not stored.
+    PublishDurable {
+        /// Per page.
+        pages: Vec<PageStatus>,
+    },
     /// The lease ended.
     Released,
     /// The metrics, in Prometheus text format.
@@ -611,7 +615,7 @@ impl Message {
             Message::Leased { .. } => kind::LEASED,
             Message::Loaded { .. } => kind::LOADED,
             Message::PublishCopied { .. } => kind::PUBLISH_COPIED,
-            Message::PublishDurable => kind::PUBLISH_DURABLE,
+            Message::PublishDurable { .. } => kind::PUBLISH_DURABLE,
             Message::Released => kind::RELEASED,
             Message::StatsReply { .. } => kind::STATS_REPLY,
             Message::Retired { .. } => kind::RETIRED,
@@ -689,7 +693,7 @@ impl Message {
             Message::Release { token, lease } => {
                 w.raw(token).u64(*lease);
             }
-            Message::Stats | Message::Sync | Message::PublishDurable | Message::Released => {}
+            Message::Stats | Message::Sync | Message::Released => {}
             Message::Synced => {}
             Message::Retire { namespace } => {
                 w.raw(namespace);
@@ -721,7 +725,9 @@ impl Message {
                 w.u64(*lease).u32(*ttl_ms);
                 proof(&mut w, p);
             }
-            Message::Loaded { pages } | Message::PublishCopied { pages } => statuses(&mut w, pages),
+            Message::Loaded { pages }
+            | Message::PublishCopied { pages }
+            | Message::PublishDurable { pages } => statuses(&mut w, pages),
             Message::StatsReply { text } => {
                 w.bytes32(text.as_bytes());
             }
@@ -936,7 +942,9 @@ impl Message {
             kind::PUBLISH_COPIED => Message::PublishCopied {
                 pages: read_statuses(r)?,
             },
-            kind::PUBLISH_DURABLE => Message::PublishDurable,
+            kind::PUBLISH_DURABLE => Message::PublishDurable {
+                pages: read_statuses(r)?,
+            },
             kind::RELEASED => Message::Released,
             kind::STATS_REPLY => {
                 let b = r.bytes32("stats")?;

@@ -352,14 +352,15 @@ impl Worker {
                 epoch,
                 pages,
             }))?;
+            // The first reply frees the pages; the second says which records are stored.
             let copied = self.client.reply(id)?;
-            let Message::PublishCopied { pages: statuses } = copied else {
+            if !matches!(copied, Message::PublishCopied { .. }) {
                 return Err(unexpected("Publish", &copied));
-            };
-            let durable = self.client.reply(id)?;
-            if durable != Message::PublishDurable {
-                return Err(unexpected("Publish", &durable));
             }
+            let durable = self.client.reply(id)?;
+            let Message::PublishDurable { pages: statuses } = durable else {
+                return Err(unexpected("Publish", &durable));
+            };
             let mut ok = 0;
             for (it, st) in batch.iter().zip(&statuses) {
                 if *st == PageStatus::Ok {

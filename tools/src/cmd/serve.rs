@@ -77,6 +77,24 @@ fn install_signal_handlers() {
     }
 }
 
+/// Which page backend serves engines, and why not CUDA when it is not.
+fn page_backend() -> String {
+    #[cfg(feature = "cuda")]
+    {
+        match orbitkv_gpu_bridge::cuda::Cuda::open(0) {
+            Ok(c) => format!(
+                "host; CUDA device {} found (engines register host pools in this release)",
+                c.device()
+            ),
+            Err(e) => format!("host (CUDA unavailable: {e})"),
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        "host (built without the cuda feature)".to_owned()
+    }
+}
+
 /// Bytes of memory available now (`MemAvailable` of /proc/meminfo).
 fn mem_available() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -193,7 +211,7 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
     } else {
         "buffered"
     };
-    let gpu = "host (no GPU backend in this build)";
+    let gpu = page_backend();
     out.emit(
         &format!(
             "orbitkv serve: listening on {}\nmetrics: http://{}/metrics\ndata: {} ({backend}; DRAM tier {} bytes, SSD tier {} bytes)\npages: {gpu}\n",
@@ -211,7 +229,7 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
             "io": backend,
             "dram_bytes": cfg.dram_bytes,
             "ssd_bytes": ssd,
-            "pages": "host",
+            "pages": gpu,
             })
         },
     )?;

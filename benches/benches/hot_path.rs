@@ -1,0 +1,411 @@
+//! The daemon's hot path end to end over its Unix socket, in process (daemon thread, client
+//! threads), each number against a baseline measured in the same run, rounds interleaved and
+//! medians (or percentiles over every round) reported:
+//!
+//! - `query`: the round trip of a Query that proves 32 blocks (p50 and p99) vs a raw echo of the
+//!   same request and reply frames over the same kind of socket (an echo thread that reads the
+//!   frame and writes a reply of the daemon's reply size; the client encodes and decodes both
+//!   the same way);
+//! - `load`: a Load of 64 pages of 256 KiB (16 MiB, the records pinned under a lease, verified on
+//!   the way out of the store, fenced into a host pool) vs `memcpy` of the same bytes;
+//! - `publish`: a Publish of 64 such pages until PublishCopied (the engine may reuse its pages)
+//!   vs `memcpy` of the same bytes, and until PublishDurable (stored with a sync: the disk's
+//!   rate, shown beside).
+//!
+//! Run: `cargo bench -p orbitkv-benches --bench hot_path` (environment: `ORBITKV_BENCH_ROUNDS`,
+//! default 20; `ORBITKV_BENCH_QUERIES` per round, default 1000, alternating with the echo in
+//! runs of 100; `ORBITKV_BENCH_DIR`, default a
+//! temporary directory under `target/`). Not a CI gate: docs/performance.md records results.
+
+#![expect(
+    clippy::unwrap_used,
+    reason = "a benchmark harness: a failed setup step ends the run"
+)]
+
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use orbitkv_gpu_bridge::{HostPool, PageRef};
+use orbitkv_manager::client::Client;
+use orbitkv_manager::protocol::message::{
+    GroupHashes, LoadPage, LoadRequest, PublishPage, PublishRequest, QueryRequest, Token,
+};
+use orbitkv_manager::protocol::{DEFAULT_MAX_BODY, Message, Role, read_frame};
+use orbitkv_manager::server::{Server, ServerConfig, Stopper};
+use orbitkv_manager::sim::SimInstance;
+use orbitkv_segments::Alignment;
+use orbitkv_store::{Durability, StateStore, StoreConfig};
+
+/// Pages per Load or Publish.
+const PAGES: u32 = 64;
+/// Blocks a query proves.
+const QUERY_BLOCKS: usize = 32;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+/// 4 layers × 16 tokens × 8 KV heads × 128 elements × K and V × 2 bytes = 256 KiB per page.
+fn instance() -> SimInstance {
+    let mut s = SimInstance::new("bench", 1);
+    s.layers = 4;
+    s.kv_heads = 8;
+    s.head_size = 128;
+    s
+}
+
+fn hash(round: u32, block: u32) -> Vec<u8> {
+    let mut h = vec![0u8; 32];
+    h[..4].copy_from_slice(&round.to_le_bytes());
+    h[4..8].copy_from_slice(&block.to_le_bytes());
+    h[31] = 0xB3;
+    h
+}
+
+struct Daemon {
+    socket: PathBuf,
+    metrics: Box<dyn Fn() -> String>,
+    stopper: Stopper,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Daemon {
+    /// A daemon as `orbitkv serve` runs it: the probed backend (O_DIRECT where it works), a
+    /// sync per put, a 1 GiB DRAM tier.
+    fn start(dir: &Path) -> Self {
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let (io, direct) = orbitkv_store::io::default_for(&data);
+        let mut c = StoreConfig::new(&data);
+        c.durability = Durability::EveryPut;
+        if direct {
+            c.alignment = Alignment::Direct;
+        }
+        c.dram_bytes = 1 << 30;
+        let store = Arc::new(StateStore::open(io, c).unwrap());
+        let socket = dir.join("orbitkv.sock");
+        let server = Server::bind(ServerConfig::new(&socket), store).unwrap();
+        let stopper = server.stopper();
+        let metrics = Box::new(server.metrics_source());
+        let thread = std::thread::spawn(move || server.run().unwrap());
+        Self {
+            socket,
+            metrics,
+            stopper,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stopper.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The scheduler's and the worker's clients and tokens, and the epoch.
+struct Sealed {
+    scheduler: Client,
+    scheduler_token: Token,
+    worker: Client,
+    worker_token: Token,
+    epoch: u64,
+}
+
+fn seal(socket: &Path, sim: &SimInstance) -> Sealed {
+    let threads: Vec<_> = [(Role::Scheduler, 0), (Role::Worker, 0)]
+        .into_iter()
+        .map(|(role, rank)| {
+            let (socket, sim) = (socket.to_owned(), sim.clone());
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&socket).unwrap();
+                c.hello("bench").unwrap();
+                let m = c
+                    .request(&Message::Register(sim.registration(role, rank).unwrap()))
+                    .unwrap();
+                let Message::Sealed { token, epoch, .. } = m else {
+                    panic!("not sealed: {m:?}")
+                };
+                (c, token, epoch)
+            })
+        })
+        .collect();
+    let mut out: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let (worker, worker_token, epoch) = out.pop().unwrap();
+    let (scheduler, scheduler_token, _) = out.pop().unwrap();
+    Sealed {
+        scheduler,
+        scheduler_token,
+        worker,
+        worker_token,
+        epoch,
+    }
+}
+
+fn publish_request(s: &Sealed, round: u32, pages: &[PageRef]) -> Message {
+    let bt = 16u64;
+    Message::Publish(PublishRequest {
+        token: s.worker_token,
+        epoch: s.epoch,
+        pages: pages
+            .iter()
+            .enumerate()
+            .map(|(b, page)| {
+                let b = b as u32;
+                PublishPage {
+                    group: 0,
+                    rank: 0,
+                    hash: hash(round, b),
+                    parent: if b == 0 { vec![] } else { hash(round, b - 1) },
+                    start: u64::from(b) * bt,
+                    end: u64::from(b + 1) * bt,
+                    page: *page,
+                }
+            })
+            .collect(),
+    })
+}
+
+fn query(s: &Sealed, round: u32, blocks: usize) -> QueryRequest {
+    QueryRequest {
+        token: s.scheduler_token,
+        epoch: s.epoch,
+        origin: 0,
+        end: 16 * blocks as u64,
+        groups: vec![GroupHashes {
+            group: 0,
+            hashes: (0..blocks as u32).map(|b| hash(round, b)).collect(),
+        }],
+    }
+}
+
+/// An echo server: reads each frame, answers with `reply` under the frame's request id.
+fn echo(listener: UnixListener, reply: Message) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        while let Ok((h, _body)) = read_frame(&mut s, DEFAULT_MAX_BODY) {
+            let bytes = reply.encode_frame(h.request).unwrap();
+            if std::io::Write::write_all(&mut s, &bytes).is_err() {
+                return;
+            }
+        }
+    })
+}
+
+fn main() {
+    let rounds = env_u64("ORBITKV_BENCH_ROUNDS", 20).max(1);
+    let queries = env_u64("ORBITKV_BENCH_QUERIES", 1000).max(1);
+    let base = std::env::var("ORBITKV_BENCH_DIR").map_or_else(
+        |_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        PathBuf::from,
+    );
+    std::fs::create_dir_all(&base).unwrap();
+    let tmp = tempfile::tempdir_in(&base).unwrap();
+    let d = Daemon::start(tmp.path());
+    let sim = instance();
+    let page_bytes = sim.page_bytes() as usize;
+    let bytes = page_bytes * PAGES as usize;
+    println!(
+        "hot-path bench: {rounds} interleaved rounds; {PAGES} pages of {} KiB per Load/Publish; {queries} queries per round",
+        page_bytes >> 10
+    );
+    let mut s = seal(&d.socket, &sim);
+    let pool = HostPool::create(sim.pool_spec(1, 2 * PAGES)).unwrap();
+    let id = s
+        .worker
+        .send_with_fd(
+            &Message::RegisterPool {
+                token: s.worker_token,
+                spec: sim.pool_spec(1, 2 * PAGES),
+            },
+            pool.fd(),
+        )
+        .unwrap();
+    assert!(matches!(
+        s.worker.reply(id).unwrap(),
+        Message::PoolRegistered { .. }
+    ));
+    // memcpy baseline buffers (touched first so no page faults are timed).
+    let src: Vec<u8> = (0..bytes)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761) as u8)
+        .collect();
+    let mut dst = vec![1u8; bytes];
+
+    // Publish: rounds 1..=rounds each store new blocks.
+    let (mut copied, mut durable, mut memcpy) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=rounds as u32 {
+        let pages: Vec<PageRef> = (0..PAGES)
+            .map(|i| {
+                let r = pool.reuse(i).unwrap();
+                pool.write(i, 0, &src[i as usize * page_bytes..][..page_bytes])
+                    .unwrap();
+                r
+            })
+            .collect();
+        let req = publish_request(&s, round, &pages);
+        let t = Instant::now();
+        let id = s.worker.send(&req).unwrap();
+        let Message::PublishCopied { pages: st } = s.worker.reply(id).unwrap() else {
+            panic!("no PublishCopied")
+        };
+        copied.push(t.elapsed().as_secs_f64());
+        let Message::PublishDurable { pages: fin } = s.worker.reply(id).unwrap() else {
+            panic!("no PublishDurable")
+        };
+        durable.push(t.elapsed().as_secs_f64());
+        assert!(
+            st.iter()
+                .chain(&fin)
+                .all(|x| *x == orbitkv_manager::protocol::PageStatus::Ok)
+        );
+        let t = Instant::now();
+        dst.copy_from_slice(&src);
+        memcpy.push(t.elapsed().as_secs_f64());
+        std::hint::black_box(&dst);
+    }
+    let (c, du, m) = (median(copied), median(durable), median(memcpy.clone()));
+    let gb = |secs: f64| bytes as f64 / secs / 1e9;
+    println!(
+        "publish {PAGES} x {} KiB: until copied {:.2} GB/s, memcpy {:.2} GB/s; copied / memcpy = {:.3} (target >= 0.7); until durable {:.2} GB/s (stored and synced)",
+        page_bytes >> 10,
+        gb(c),
+        gb(m),
+        m / c,
+        gb(du)
+    );
+
+    // Load: round 1's blocks, pinned under one lease, into pages PAGES..2*PAGES.
+    let lease = match s
+        .scheduler
+        .request(&Message::Acquire(query(&s, 1, PAGES as usize)))
+        .unwrap()
+    {
+        Message::Leased { lease, proof, .. } => {
+            assert_eq!(proof.boundary, 16 * u64::from(PAGES));
+            lease
+        }
+        other => panic!("{other:?}"),
+    };
+    let (mut loads, mut memcpy) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let pages: Vec<LoadPage> = (0..PAGES)
+            .map(|b| LoadPage {
+                block: b,
+                group: 0,
+                rank: 0,
+                page: pool.reuse(PAGES + b).unwrap(),
+                layer_start: 0,
+                layer_end: sim.layers,
+            })
+            .collect();
+        let req = Message::Load(LoadRequest {
+            token: s.worker_token,
+            epoch: s.epoch,
+            lease,
+            pages,
+        });
+        let t = Instant::now();
+        let Message::Loaded { pages: st } = s.worker.request(&req).unwrap() else {
+            panic!("no Loaded")
+        };
+        loads.push(t.elapsed().as_secs_f64());
+        assert!(
+            st.iter()
+                .all(|x| *x == orbitkv_manager::protocol::PageStatus::Ok)
+        );
+        let t = Instant::now();
+        dst.copy_from_slice(&src);
+        memcpy.push(t.elapsed().as_secs_f64());
+        std::hint::black_box(&dst);
+    }
+    // Every loaded byte is the published one.
+    let mut got = vec![0u8; page_bytes];
+    for b in 0..PAGES {
+        pool.read(PAGES + b, 0, &mut got).unwrap();
+        assert_eq!(got, src[b as usize * page_bytes..][..page_bytes]);
+    }
+    let (l, m) = (median(loads), median(memcpy));
+    println!(
+        "load {PAGES} x {} KiB (verified, from the DRAM tier): {:.2} GB/s, memcpy {:.2} GB/s; load / memcpy = {:.3} (target >= 0.7)",
+        page_bytes >> 10,
+        gb(l),
+        gb(m),
+        m / l
+    );
+
+    // Query round trips vs a raw echo of the same frames.
+    let q = Message::Query(query(&s, 1, QUERY_BLOCKS));
+    let reply = s.scheduler.request(&q).unwrap();
+    assert!(matches!(&reply, Message::Proof(p) if p.boundary == 16 * QUERY_BLOCKS as u64));
+    let echo_path = tmp.path().join("echo.sock");
+    let listener = UnixListener::bind(&echo_path).unwrap();
+    let echo_thread = echo(listener, reply.clone());
+    let mut echo_client = Client::connect(&echo_path).unwrap();
+    let (mut daemon_rtt, mut echo_rtt) = (Vec::new(), Vec::new());
+    // Alternate in runs of 100 so both see the same machine.
+    for _ in 0..rounds * queries.div_ceil(100) {
+        for _ in 0..100 {
+            let t = Instant::now();
+            let r = s.scheduler.request(&q).unwrap();
+            daemon_rtt.push(t.elapsed().as_secs_f64());
+            std::hint::black_box(r);
+        }
+        for _ in 0..100 {
+            let t = Instant::now();
+            let r = echo_client.request(&q).unwrap();
+            echo_rtt.push(t.elapsed().as_secs_f64());
+            std::hint::black_box(r);
+        }
+    }
+    drop(echo_client);
+    // The daemon's own service time per query (decode to reply written), from its histogram.
+    let text = (d.metrics)();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let service = value("orbitkv_request_seconds_sum{kind=\"query\"}")
+        / value("orbitkv_request_seconds_count{kind=\"query\"}").max(1.0);
+    let _ = echo_thread.join();
+    let frame = q.encode_frame(1).unwrap().len();
+    let reply_frame = reply.encode_frame(1).unwrap().len();
+    let (d50, d99) = (
+        percentile(&mut daemon_rtt, 50.0),
+        percentile(&mut daemon_rtt, 99.0),
+    );
+    let (e50, e99) = (
+        percentile(&mut echo_rtt, 50.0),
+        percentile(&mut echo_rtt, 99.0),
+    );
+    println!(
+        "query ({QUERY_BLOCKS} blocks proven; {frame}-byte request, {reply_frame}-byte reply): daemon p50 {:.1} us p99 {:.1} us (mean service in the daemon {:.1} us), echo p50 {:.1} us p99 {:.1} us; daemon / echo = {:.2} at p50, {:.2} at p99 (target <= 2)",
+        d50 * 1e6,
+        d99 * 1e6,
+        service * 1e6,
+        e50 * 1e6,
+        e99 * 1e6,
+        d50 / e50,
+        d99 / e99
+    );
+}

@@ -1,0 +1,154 @@
+//! On a machine with an NVIDIA GPU (run by `gpu_bridge/device-check.sh`, never by CI): the CUDA
+//! backend's copy bandwidth into device pages against a raw `cuMemcpyHtoDAsync` of the same
+//! bytes from pinned memory, in the same run, and its fencing on device memory. Exits 0 when
+//! every check holds and the batched ratio reaches 0.9, 1 otherwise, 2 without a usable device.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use orbitkv_gpu_bridge::cuda::{Cuda, CudaPool, DeviceCopier, DeviceRegion, Pinned, Stream};
+use orbitkv_gpu_bridge::staging::Item;
+use orbitkv_gpu_bridge::{Bridge, Error, GroupGeometry, PoolId, PoolSpec};
+
+const PAGES: u32 = 64;
+const LAYERS: u32 = 32;
+const LAYER_BYTES: u64 = 64 << 10;
+const ROUNDS: usize = 7;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn spec() -> PoolSpec {
+    PoolSpec {
+        pool: PoolId(1),
+        page_bytes: u64::from(LAYERS) * LAYER_BYTES,
+        pages: PAGES,
+        groups: vec![GroupGeometry {
+            group: 0,
+            layers: LAYERS,
+            offset: 0,
+            layer_stride: LAYER_BYTES,
+            layer_bytes: LAYER_BYTES,
+        }],
+    }
+}
+
+fn run() -> Result<bool, Error> {
+    let cuda = Cuda::open(0)?;
+    let spec = spec();
+    let page = spec.page_bytes as usize;
+    let total = page * PAGES as usize;
+    let region = DeviceRegion::alloc(total as u64)?;
+    let sources: Vec<Vec<u8>> = (0..PAGES)
+        .map(|p| {
+            (0..page)
+                .map(|i| (i as u32 ^ p.wrapping_mul(2_654_435_761)) as u8)
+                .collect()
+        })
+        .collect();
+    let gb = |secs: f64| total as f64 / secs / 1e9;
+
+    // Baseline: one raw async copy of the same bytes from pinned memory.
+    let mut pinned = Pinned::new(total)?;
+    for (p, s) in sources.iter().enumerate() {
+        pinned.as_mut_slice()[p * page..][..page].copy_from_slice(s);
+    }
+    let stream = Stream::new()?;
+    // Batched bridge copies: host bytes staged through 64 MiB of pinned memory.
+    let mut copier = DeviceCopier::new(64 << 20)?;
+    let items: Vec<Item> = (0..PAGES)
+        .map(|i| Item {
+            page: orbitkv_gpu_bridge::PageRef {
+                pool: PoolId(1),
+                index: i,
+                generation: 1,
+            },
+            group: 0,
+            layers: 0..LAYERS,
+        })
+        .collect();
+    let srcs: Vec<&[u8]> = sources.iter().map(Vec::as_slice).collect();
+    let (mut raw, mut batched) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        stream.htod(region.at(0, total)?, &pinned, 0..total)?;
+        stream.record()?.wait()?;
+        raw.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let mut done = 0;
+        copier.load(&region, &spec, &items, &srcs, |r| done += r.len())?;
+        batched.push(t.elapsed().as_secs_f64());
+        assert_eq!(done, items.len());
+    }
+    let (r, b) = (median(raw), median(batched));
+    println!(
+        "copy {PAGES} pages x {} MiB: raw cuMemcpyHtoDAsync from pinned {:.2} GB/s, bridge batched (pageable -> pinned staging -> device) {:.2} GB/s; bridge / raw = {:.3} (target >= 0.9)",
+        page >> 20,
+        gb(r),
+        gb(b),
+        r / b
+    );
+    let mut ok = r / b >= 0.9;
+
+    // Round trip through the bridge, page by page, and fencing on device memory.
+    let pool = Arc::new(CudaPool::new(cuda, spec.clone(), 7, region, 16 << 20)?);
+    let bridge = Bridge::new();
+    bridge.register(pool.clone())?;
+    let mut per_page = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        for (i, s) in sources.iter().enumerate() {
+            let lease = bridge.lease(7, pool.page_ref(i as u32)?)?;
+            bridge.load(&lease, 0, 0..LAYERS, s)?;
+        }
+        per_page.push(t.elapsed().as_secs_f64());
+    }
+    println!(
+        "bridge Load page by page (one event per page): {:.2} GB/s; / raw = {:.3}",
+        gb(median(per_page.clone())),
+        r / median(per_page)
+    );
+    let mut out = Vec::new();
+    let p0 = pool.page_ref(0)?;
+    let lease = bridge.lease(7, p0)?;
+    bridge.publish(&lease, 0, &mut out)?;
+    let round_trip = out == sources[0];
+    println!("round trip of page 0 byte-exact: {round_trip}");
+    ok &= round_trip;
+    let refused_while_leased = matches!(pool.reuse(0), Err(Error::PageLeased { .. }));
+    println!("reuse refused while leased: {refused_while_leased}");
+    ok &= refused_while_leased;
+    drop(lease);
+    let p0_new = pool.reuse(0)?;
+    let stale = match bridge.lease(7, p0) {
+        Err(Error::StaleGeneration { .. }) => true,
+        Ok(l) => bridge.load(&l, 0, 0..LAYERS, &sources[1]).is_err(),
+        Err(_) => false,
+    };
+    let lease = bridge.lease(7, p0_new)?;
+    bridge.publish(&lease, 0, &mut out)?;
+    let untouched = out == sources[0];
+    println!("stale reference refused: {stale}; device page untouched: {untouched}");
+    ok &= stale && untouched;
+    let wrong_epoch = bridge.lease(8, p0_new).is_err();
+    println!("old epoch refused: {wrong_epoch}");
+    ok &= wrong_epoch;
+    Ok(ok)
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::from(1),
+        Err(e) => {
+            eprintln!("device check: {e}");
+            std::process::ExitCode::from(if matches!(e, Error::Device { .. }) {
+                2
+            } else {
+                1
+            })
+        }
+    }
+}

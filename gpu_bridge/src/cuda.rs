@@ -1,0 +1,679 @@
+//! The CUDA backend (feature `cuda`): engine KV tensors in device memory, opened from CUDA IPC
+//! handles, filled and read through pinned host staging buffers with asynchronous copies on a
+//! stream, one event per batch ([`crate::staging`] plans the batches), the leases of a batch's
+//! pages ended when its event completes.
+//!
+//! The driver library is loaded at run time. [`Cuda::open`] first checks that it is present
+//! (`is_culib_present`: cudarc panics on a missing libcuda otherwise) and returns
+//! [`Error::Device`] when it is not, so callers fall back to the host backend and say why.
+//! Every driver call goes through [`call`], which turns a failure into [`Error::Device`]
+//! naming the call.
+
+use std::ops::Range;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use cudarc::driver::sys::{self, CUcontext, CUdeviceptr, CUevent, CUresult, CUstream};
+
+use crate::backend::{PageLease, PagePool};
+use crate::error::{Error, Result};
+use crate::pool::{PageRef, PageState, PoolSpec, check_generation, generation_of};
+use crate::staging::{Batch, Item, plan};
+
+/// Turns a driver result into [`Error::Device`] naming `what`.
+pub fn call(what: &'static str, r: CUresult) -> Result<()> {
+    if r == CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Device {
+            call: what,
+            detail: format!("{r:?}"),
+        })
+    }
+}
+
+/// The driver, initialized, with one device's primary context.
+#[derive(Debug)]
+pub struct Cuda {
+    ctx: CUcontext,
+    device: i32,
+}
+
+// SAFETY: a CUDA context handle may be made current on any thread (`bind` does, before every
+// use); the driver synchronizes its own state.
+#[expect(
+    unsafe_code,
+    reason = "CUDA handles are raw pointers the driver lets any thread use"
+)]
+unsafe impl Send for Cuda {}
+// SAFETY: as for `Send`: `&Cuda` only hands the handle to the driver.
+#[expect(
+    unsafe_code,
+    reason = "CUDA handles are raw pointers the driver lets any thread use"
+)]
+unsafe impl Sync for Cuda {}
+
+impl Cuda {
+    /// Whether the CUDA driver library can be loaded on this machine.
+    #[expect(unsafe_code, reason = "cudarc's library probe is an unsafe fn")]
+    pub fn driver_present() -> bool {
+        // SAFETY: only tries to load the library by its known names; nothing is called in it.
+        unsafe { sys::is_culib_present() }
+    }
+
+    /// Initializes the driver and retains `device`'s primary context, current on this thread.
+    /// Without a driver library, or without that device, an [`Error::Device`] says so.
+    #[expect(unsafe_code, reason = "CUDA driver calls")]
+    pub fn open(device: i32) -> Result<Self> {
+        if !Self::driver_present() {
+            return Err(Error::Device {
+                call: "load libcuda",
+                detail: "no CUDA driver library on this machine".into(),
+            });
+        }
+        let mut count = 0;
+        let mut dev = 0;
+        let mut ctx: CUcontext = std::ptr::null_mut();
+        // SAFETY: the library is present (checked); each call gets valid out-pointers to locals.
+        unsafe {
+            call("cuInit", sys::cuInit(0))?;
+            call("cuDeviceGetCount", sys::cuDeviceGetCount(&mut count))?;
+            if device < 0 || device >= count {
+                return Err(Error::Device {
+                    call: "cuDeviceGet",
+                    detail: format!("device {device} of {count}"),
+                });
+            }
+            call("cuDeviceGet", sys::cuDeviceGet(&mut dev, device))?;
+            call(
+                "cuDevicePrimaryCtxRetain",
+                sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
+            )?;
+            call("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx))?;
+        }
+        Ok(Self { ctx, device })
+    }
+
+    /// Makes the context current on the calling thread.
+    #[expect(unsafe_code, reason = "CUDA driver call")]
+    pub fn bind(&self) -> Result<()> {
+        // SAFETY: `ctx` is the primary context retained in `open` and not released before drop.
+        call("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })
+    }
+
+    /// The device ordinal.
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+}
+
+/// Pinned (page-locked) host memory the device copies from and to without another copy.
+pub struct Pinned {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the allocation is owned by this value alone; `&mut` access is required to write.
+#[expect(unsafe_code, reason = "a raw allocation owned by the value")]
+unsafe impl Send for Pinned {}
+
+impl Pinned {
+    /// `len` bytes of pinned memory (the context must be current).
+    #[expect(unsafe_code, reason = "CUDA driver call")]
+    pub fn new(len: usize) -> Result<Self> {
+        let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; the driver allocates `len.max(1)` bytes or fails. The
+        // bytes are then zeroed, so every view of them is of initialized memory.
+        unsafe {
+            call(
+                "cuMemHostAlloc",
+                sys::cuMemHostAlloc(&mut p, len.max(1), sys::CU_MEMHOSTALLOC_PORTABLE),
+            )?;
+            std::ptr::write_bytes(p.cast::<u8>(), 0, len);
+        }
+        Ok(Self { ptr: p.cast(), len })
+    }
+
+    /// The bytes.
+    #[expect(unsafe_code, reason = "a view of the owned allocation")]
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr` points to `len` bytes owned by `self`, zeroed at allocation.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// The bytes, writable.
+    #[expect(unsafe_code, reason = "a view of the owned allocation")]
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as `as_slice`, and `&mut self` makes the view unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Pinned {
+    #[expect(unsafe_code, reason = "CUDA driver call")]
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from cuMemHostAlloc and is freed once, here.
+        unsafe {
+            let _ = sys::cuMemFreeHost(self.ptr.cast());
+        }
+    }
+}
+
+/// A stream the copies are queued on.
+pub struct Stream(CUstream);
+
+// SAFETY: a stream handle may be used from any thread with its context current.
+#[expect(
+    unsafe_code,
+    reason = "CUDA handles are raw pointers the driver lets any thread use"
+)]
+unsafe impl Send for Stream {}
+
+/// A recorded point in a stream: done when every copy queued before it is.
+pub struct Event(CUevent);
+
+// SAFETY: as for `Stream`.
+#[expect(
+    unsafe_code,
+    reason = "CUDA handles are raw pointers the driver lets any thread use"
+)]
+unsafe impl Send for Event {}
+
+impl Stream {
+    /// A non-blocking stream (the context must be current).
+    #[expect(unsafe_code, reason = "CUDA driver call")]
+    pub fn new() -> Result<Self> {
+        let mut s: CUstream = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer.
+        unsafe {
+            call(
+                "cuStreamCreate",
+                sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32),
+            )?;
+        }
+        Ok(Self(s))
+    }
+
+    /// Queues a copy of `src[range]` to device address `dst`.
+    #[expect(unsafe_code, reason = "CUDA driver call")]
+    pub fn htod(&self, dst: CUdeviceptr, src: &Pinned, range: Range<usize>) -> Result<()> {
+        check_range(&range, src.len)?;
+        // SAFETY: the source range lies in the pinned allocation (checked), which the caller
+        // keeps alive and unmodified until the event recorded after this copy completes.
+        call("cuMemcpyHtoDAsync", unsafe {
+            sys::cuMemcpyHtoDAsync_v2(dst, src.ptr.add(range.start).cast(), range.len(), self.0)
+        })
+    }
+
+    /// Queues a copy from device address `src` into `dst[range]`.
+    #[expect(unsafe_code, reason = "CUDA driver call")]
+    pub fn dtoh(&self, dst: &mut Pinned, range: Range<usize>, src: CUdeviceptr) -> Result<()> {
+        check_range(&range, dst.len)?;
+        // SAFETY: the destination range lies in the pinned allocation (checked), which the
+        // caller keeps alive and does not read until the event recorded after this completes.
+        call("cuMemcpyDtoHAsync", unsafe {
+            sys::cuMemcpyDtoHAsync_v2(dst.ptr.add(range.start).cast(), src, range.len(), self.0)
+        })
+    }
+
+    /// Records an event after everything queued so far.
+    #[expect(unsafe_code, reason = "CUDA driver calls")]
+    pub fn record(&self) -> Result<Event> {
+        let mut e: CUevent = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; the stream is live.
+        unsafe {
+            call(
+                "cuEventCreate",
+                sys::cuEventCreate(&mut e, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32),
+            )?;
+            let ev = Event(e);
+            call("cuEventRecord", sys::cuEventRecord(ev.0, self.0))?;
+            Ok(ev)
+        }
+    }
+}
+
+impl Drop for Stream {
+    #[expect(unsafe_code, reason = "CUDA driver call")]
+    fn drop(&mut self) {
+        // SAFETY: the stream was created in `new` and is destroyed once, here.
+        unsafe {
+            let _ = sys::cuStreamDestroy_v2(self.0);
+        }
+    }
+}
+
+impl Event {
+    /// Waits until the event completes.
+    #[expect(unsafe_code, reason = "CUDA driver call")]
+    pub fn wait(&self) -> Result<()> {
+        // SAFETY: the event was created and recorded in `Stream::record`.
+        call("cuEventSynchronize", unsafe {
+            sys::cuEventSynchronize(self.0)
+        })
+    }
+}
+
+impl Drop for Event {
+    #[expect(unsafe_code, reason = "CUDA driver call")]
+    fn drop(&mut self) {
+        // SAFETY: created in `Stream::record`, destroyed once, here.
+        unsafe {
+            let _ = sys::cuEventDestroy_v2(self.0);
+        }
+    }
+}
+
+fn check_range(r: &Range<usize>, len: usize) -> Result<()> {
+    if r.start > r.end || r.end > len {
+        return Err(Error::Length {
+            expected: len as u64,
+            got: r.end as u64,
+        });
+    }
+    Ok(())
+}
+
+/// Device memory holding a pool's pages: an engine tensor opened from its IPC handle, or an
+/// allocation of this process (the device check plays the engine with one).
+pub struct DeviceRegion {
+    base: CUdeviceptr,
+    len: u64,
+    ipc: bool,
+}
+
+// SAFETY: a device address is a number valid in the context on any thread.
+#[expect(
+    unsafe_code,
+    reason = "a device address the driver lets any thread use"
+)]
+unsafe impl Send for DeviceRegion {}
+// SAFETY: as for `Send`; the region is only read through driver calls.
+#[expect(
+    unsafe_code,
+    reason = "a device address the driver lets any thread use"
+)]
+unsafe impl Sync for DeviceRegion {}
+
+impl DeviceRegion {
+    /// Opens the memory another process exported with `cuIpcGetMemHandle`; it must hold at
+    /// least `len` bytes (the registration's pages × page bytes).
+    #[expect(unsafe_code, reason = "CUDA driver call")]
+    pub fn open_ipc(handle: [u8; 64], len: u64) -> Result<Self> {
+        let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
+        for (d, s) in h.reserved.iter_mut().zip(handle) {
+            *d = s as std::ffi::c_char;
+        }
+        let mut base: CUdeviceptr = 0;
+        // SAFETY: a valid out-pointer and a handle by value; the driver validates the handle.
+        unsafe {
+            call(
+                "cuIpcOpenMemHandle",
+                sys::cuIpcOpenMemHandle_v2(
+                    &mut base,
+                    h,
+                    sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
+                ),
+            )?;
+        }
+        Ok(Self {
+            base,
+            len,
+            ipc: true,
+        })
+    }
+
+    /// `len` bytes of device memory of this process.
+    #[expect(unsafe_code, reason = "CUDA driver call")]
+    pub fn alloc(len: u64) -> Result<Self> {
+        let mut base: CUdeviceptr = 0;
+        let bytes = usize::try_from(len).map_err(|_| Error::Geometry("region too large".into()))?;
+        // SAFETY: a valid out-pointer.
+        unsafe {
+            call("cuMemAlloc", sys::cuMemAlloc_v2(&mut base, bytes.max(1)))?;
+        }
+        Ok(Self {
+            base,
+            len,
+            ipc: false,
+        })
+    }
+
+    /// The device address of byte `offset`, if `offset + len` lies in the region.
+    pub fn at(&self, offset: u64, len: usize) -> Result<CUdeviceptr> {
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= self.len => Ok(self.base + offset),
+            _ => Err(Error::Region(format!(
+                "{len} bytes at {offset} lie outside the {}-byte device region",
+                self.len
+            ))),
+        }
+    }
+}
+
+impl Drop for DeviceRegion {
+    #[expect(unsafe_code, reason = "CUDA driver calls")]
+    fn drop(&mut self) {
+        // SAFETY: `base` was opened or allocated by this value and is released once, here.
+        unsafe {
+            let _ = if self.ipc {
+                sys::cuIpcCloseMemHandle(self.base)
+            } else {
+                sys::cuMemFree_v2(self.base)
+            };
+        }
+    }
+}
+
+/// Copies pages between host bytes and a device region through two pinned staging halves:
+/// while the device drains one, the host fills the other; each batch ends with an event, and
+/// the batch's items are reported done (their leases may end) once it completes.
+pub struct DeviceCopier {
+    stream: Stream,
+    halves: [Pinned; 2],
+}
+
+impl DeviceCopier {
+    /// A copier with `staging` bytes of pinned memory (two halves).
+    pub fn new(staging: usize) -> Result<Self> {
+        let half = (staging / 2).max(1);
+        Ok(Self {
+            stream: Stream::new()?,
+            halves: [Pinned::new(half)?, Pinned::new(half)?],
+        })
+    }
+
+    /// Bytes one batch may stage.
+    pub fn batch_bytes(&self) -> usize {
+        self.halves[0].len
+    }
+
+    /// Copies `sources[i]` (item `i`'s layers, packed) into `region` as `items` say, in batches;
+    /// calls `done` with each batch's item range once its copies have completed.
+    pub fn load(
+        &mut self,
+        region: &DeviceRegion,
+        spec: &PoolSpec,
+        items: &[Item],
+        sources: &[&[u8]],
+        mut done: impl FnMut(Range<usize>),
+    ) -> Result<()> {
+        let batches = plan(spec, items, self.batch_bytes())?;
+        let mut pending: [Option<(Event, Range<usize>)>; 2] = [None, None];
+        for (n, b) in batches.iter().enumerate() {
+            let k = n % 2;
+            // The half is free once the batch that used it before has completed.
+            if let Some((ev, items)) = pending[k].take() {
+                ev.wait()?;
+                done(items);
+            }
+            fill(&mut self.halves[k], b, sources)?;
+            for c in &b.copies {
+                let dst = region.at(c.device_offset, c.len)?;
+                self.stream.htod(
+                    dst,
+                    &self.halves[k],
+                    c.staging_offset..c.staging_offset + c.len,
+                )?;
+            }
+            pending[k] = Some((self.stream.record()?, b.items.clone()));
+        }
+        // Complete in batch order.
+        let order = if batches.len() % 2 == 0 {
+            [0, 1]
+        } else {
+            [1, 0]
+        };
+        for k in order {
+            if let Some((ev, items)) = pending[k].take() {
+                ev.wait()?;
+                done(items);
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies `items` out of `region` into `outs[i]` (item `i`'s layers, packed), in batches.
+    pub fn copy_out(
+        &mut self,
+        region: &DeviceRegion,
+        spec: &PoolSpec,
+        items: &[Item],
+        outs: &mut [Vec<u8>],
+    ) -> Result<()> {
+        for b in plan(spec, items, self.batch_bytes())? {
+            for c in &b.copies {
+                let src = region.at(c.device_offset, c.len)?;
+                self.stream.dtoh(
+                    &mut self.halves[0],
+                    c.staging_offset..c.staging_offset + c.len,
+                    src,
+                )?;
+            }
+            self.stream.record()?.wait()?;
+            let staged = self.halves[0].as_slice();
+            for (j, i) in b.items.clone().enumerate() {
+                let start = b.item_offsets[j];
+                let end = b
+                    .item_offsets
+                    .get(j + 1)
+                    .copied()
+                    .unwrap_or(b.staging_bytes);
+                let out = outs
+                    .get_mut(i)
+                    .ok_or_else(|| Error::Geometry(format!("no output for item {i}")))?;
+                out.clear();
+                out.extend_from_slice(&staged[start..end]);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Packs each item's source bytes into the staging half at the batch's offsets.
+fn fill(half: &mut Pinned, b: &Batch, sources: &[&[u8]]) -> Result<()> {
+    let staging = half.as_mut_slice();
+    for (j, i) in b.items.clone().enumerate() {
+        let start = b.item_offsets[j];
+        let end = b
+            .item_offsets
+            .get(j + 1)
+            .copied()
+            .unwrap_or(b.staging_bytes);
+        let src = sources
+            .get(i)
+            .ok_or_else(|| Error::Geometry(format!("no source for item {i}")))?;
+        if src.len() != end - start {
+            return Err(Error::Length {
+                expected: (end - start) as u64,
+                got: src.len() as u64,
+            });
+        }
+        staging[start..end].copy_from_slice(src);
+    }
+    Ok(())
+}
+
+/// A pool of engine pages in device memory, fenced by page state words like the host backend's
+/// (generation and lease count in one atomic). Copies go through a [`DeviceCopier`].
+pub struct CudaPool {
+    spec: PoolSpec,
+    epoch: u64,
+    cuda: Cuda,
+    region: DeviceRegion,
+    states: Box<[AtomicU64]>,
+    copier: Mutex<DeviceCopier>,
+    detached: AtomicBool,
+}
+
+impl CudaPool {
+    /// A pool of `spec`'s pages in `region`, every page at generation 1, copying through
+    /// `staging` bytes of pinned memory.
+    pub fn new(
+        cuda: Cuda,
+        spec: PoolSpec,
+        epoch: u64,
+        region: DeviceRegion,
+        staging: usize,
+    ) -> Result<Self> {
+        spec.validate()?;
+        region.at(
+            0,
+            usize::try_from(spec.page_bytes * u64::from(spec.pages)).unwrap_or(usize::MAX),
+        )?;
+        cuda.bind()?;
+        let copier = DeviceCopier::new(staging)?;
+        Ok(Self {
+            states: (0..spec.pages).map(|_| AtomicU64::new(1 << 16)).collect(),
+            spec,
+            epoch,
+            cuda,
+            region,
+            copier: Mutex::new(copier),
+            detached: AtomicBool::new(false),
+        })
+    }
+
+    fn state(&self, index: u32) -> Result<PageState<'_>> {
+        self.spec.check_index(index)?;
+        self.states
+            .get(index as usize)
+            .map(PageState)
+            .ok_or_else(|| Error::Geometry(format!("no state word for page {index}")))
+    }
+
+    /// The engine's side: page `index` is reallocated (refused while leased); its new
+    /// reference.
+    pub fn reuse(&self, index: u32) -> Result<PageRef> {
+        let generation = self.state(index)?.reuse(self.spec.pool, index)?;
+        Ok(PageRef {
+            pool: self.spec.pool,
+            index,
+            generation,
+        })
+    }
+
+    /// Page `index`'s current reference.
+    pub fn page_ref(&self, index: u32) -> Result<PageRef> {
+        Ok(PageRef {
+            pool: self.spec.pool,
+            index,
+            generation: generation_of(self.state(index)?.load()),
+        })
+    }
+
+    /// The device region.
+    pub fn region(&self) -> &DeviceRegion {
+        &self.region
+    }
+
+    fn check_attached(&self) -> Result<()> {
+        if self.detached.load(Ordering::Acquire) {
+            return Err(Error::Detached {
+                pool: self.spec.pool,
+            });
+        }
+        Ok(())
+    }
+
+    fn copier(&self) -> Result<std::sync::MutexGuard<'_, DeviceCopier>> {
+        self.cuda.bind()?;
+        Ok(self.copier.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl PagePool for CudaPool {
+    fn spec(&self) -> &PoolSpec {
+        &self.spec
+    }
+
+    fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    fn take_lease(&self, page: PageRef) -> Result<()> {
+        self.check_attached()?;
+        self.state(page.index)?.lease(page)
+    }
+
+    fn release(&self, index: u32) {
+        if let Ok(s) = self.state(index) {
+            s.release();
+        }
+    }
+
+    fn generation(&self, index: u32) -> Result<u64> {
+        Ok(generation_of(self.state(index)?.load()))
+    }
+
+    fn copy_in(
+        &self,
+        lease: &PageLease,
+        group: u32,
+        layers: Range<u32>,
+        bytes: &[u8],
+    ) -> Result<()> {
+        self.check_attached()?;
+        check_generation(self.state(lease.page().index)?.load(), lease.page())?;
+        let item = Item {
+            page: lease.page(),
+            group,
+            layers,
+        };
+        self.copier()?
+            .load(&self.region, &self.spec, &[item], &[bytes], |_| {})
+    }
+
+    fn copy_out(&self, lease: &PageLease, group: u32, out: &mut Vec<u8>) -> Result<()> {
+        out.clear();
+        self.check_attached()?;
+        let page = lease.page();
+        let before = self.state(page.index)?.load();
+        check_generation(before, page)?;
+        let g = self.spec.group(group)?;
+        let item = Item {
+            page,
+            group,
+            layers: g.all_layers(),
+        };
+        let mut outs = [std::mem::take(out)];
+        self.copier()?
+            .copy_out(&self.region, &self.spec, &[item], &mut outs)?;
+        let [copied] = outs;
+        // Seqlock-style, as the host backend: a page reused during the copy is not kept.
+        let after = generation_of(self.state(page.index)?.load());
+        if after != generation_of(before) {
+            return Err(Error::ChangedDuringCopy {
+                pool: self.spec.pool,
+                index: page.index,
+                before: generation_of(before),
+                after,
+            });
+        }
+        *out = copied;
+        Ok(())
+    }
+
+    fn detach(&self) {
+        // Copies hold the copier's lock: taking it waits for one in progress.
+        self.detached.store(true, Ordering::Release);
+        drop(self.copier.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_driver_open_says_so_instead_of_panicking() {
+        if Cuda::driver_present() {
+            // A machine with a driver: opening a device that does not exist is refused.
+            let e = Cuda::open(i32::MAX).map(|_| ()).unwrap_err();
+            assert!(matches!(e, Error::Device { .. }), "{e}");
+            return;
+        }
+        let e = Cuda::open(0).map(|_| ()).unwrap_err();
+        assert!(e.to_string().contains("no CUDA driver library"), "{e}");
+    }
+}

@@ -1,0 +1,237 @@
+//! Batching copies through a staging buffer, for backends whose pages are not host memory (the
+//! CUDA backend): a Load's or Publish's pages become host↔device copies packed into batches
+//! that each fit the pinned staging buffer, adjacent runs coalesced into one copy, a page never
+//! split across batches — so a page's lease can end as soon as its batch's event completes.
+//! Pure arithmetic, unit-tested without a device.
+
+use std::ops::Range;
+
+use crate::error::{Error, Result};
+use crate::pool::{PageRef, PoolSpec};
+
+/// One page (or some of its layers) of a group to move.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    /// The page.
+    pub page: PageRef,
+    /// The cache group.
+    pub group: u32,
+    /// The layers.
+    pub layers: Range<u32>,
+}
+
+/// One contiguous copy: `len` bytes between the pool at `device_offset` and the staging buffer
+/// at `staging_offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Copy {
+    /// Byte offset in the pool's memory (page index × page bytes + position in the page).
+    pub device_offset: u64,
+    /// Byte offset in the staging buffer.
+    pub staging_offset: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+/// Copies that share one staging fill and one completion event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    /// The items (indices into the planned list) the batch completes.
+    pub items: Range<usize>,
+    /// Where each item's packed bytes start in the staging buffer (parallel to `items`).
+    pub item_offsets: Vec<usize>,
+    /// The copies, in staging order.
+    pub copies: Vec<Copy>,
+    /// Staging bytes the batch uses.
+    pub staging_bytes: usize,
+}
+
+/// Plans `items` of `spec`'s pool through a staging buffer of `staging` bytes: each item's
+/// layers are packed in layer order (a record's layout), consecutive copies that are adjacent
+/// in both the pool and the staging buffer merge, and a batch ends before an item that would
+/// not fit. An item larger than the staging buffer, an index out of range, an unknown group or
+/// layers past the group's are refused before anything is planned.
+pub fn plan(spec: &PoolSpec, items: &[Item], staging: usize) -> Result<Vec<Batch>> {
+    let mut batches: Vec<Batch> = Vec::new();
+    let mut current = Batch {
+        items: 0..0,
+        item_offsets: Vec::new(),
+        copies: Vec::new(),
+        staging_bytes: 0,
+    };
+    for (i, it) in items.iter().enumerate() {
+        spec.check_index(it.page.index)?;
+        let g = spec.group(it.group)?;
+        if it.layers.start > it.layers.end || it.layers.end > g.layers {
+            return Err(Error::Geometry(format!(
+                "layers {:?} of group {}, which has {}",
+                it.layers, it.group, g.layers
+            )));
+        }
+        let bytes = usize::try_from(g.bytes_for(&it.layers))
+            .map_err(|_| Error::Geometry("item too large".into()))?;
+        if bytes > staging {
+            return Err(Error::Geometry(format!(
+                "{bytes} bytes of group {} exceed the {staging}-byte staging buffer",
+                it.group
+            )));
+        }
+        if current.staging_bytes + bytes > staging {
+            let next = Batch {
+                items: i..i,
+                item_offsets: Vec::new(),
+                copies: Vec::new(),
+                staging_bytes: 0,
+            };
+            batches.push(std::mem::replace(&mut current, next));
+        }
+        current.item_offsets.push(current.staging_bytes);
+        let page_base = u64::from(it.page.index) * spec.page_bytes;
+        for l in it.layers.clone() {
+            let r = g.layer_range(l);
+            let c = Copy {
+                device_offset: page_base + r.start,
+                staging_offset: current.staging_bytes,
+                len: g.layer_bytes as usize,
+            };
+            current.staging_bytes += c.len;
+            match current.copies.last_mut() {
+                Some(last)
+                    if last.device_offset + last.len as u64 == c.device_offset
+                        && last.staging_offset + last.len == c.staging_offset =>
+                {
+                    last.len += c.len;
+                }
+                _ => current.copies.push(c),
+            }
+        }
+        current.items.end = i + 1;
+    }
+    if !current.items.is_empty() {
+        batches.push(current);
+    }
+    Ok(batches)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::{GroupGeometry, PoolId};
+
+    /// 4 pages of 1000 bytes: group 0 has 2 packed layers of 100 at 0; group 1 has 3 layers of
+    /// 50 every 100 bytes from 400.
+    fn spec() -> PoolSpec {
+        PoolSpec {
+            pool: PoolId(1),
+            page_bytes: 1000,
+            pages: 4,
+            groups: vec![
+                GroupGeometry {
+                    group: 0,
+                    layers: 2,
+                    offset: 0,
+                    layer_stride: 100,
+                    layer_bytes: 100,
+                },
+                GroupGeometry {
+                    group: 1,
+                    layers: 3,
+                    offset: 400,
+                    layer_stride: 100,
+                    layer_bytes: 50,
+                },
+            ],
+        }
+    }
+
+    fn item(index: u32, group: u32, layers: Range<u32>) -> Item {
+        Item {
+            page: PageRef {
+                pool: PoolId(1),
+                index,
+                generation: 1,
+            },
+            group,
+            layers,
+        }
+    }
+
+    #[test]
+    fn packed_layers_coalesce_and_strided_ones_do_not() {
+        let b = plan(&spec(), &[item(2, 0, 0..2), item(2, 1, 0..3)], 4096)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(b.len(), 1);
+        assert_eq!(b[0].item_offsets, vec![0, 200]);
+        assert_eq!(
+            b[0].copies,
+            vec![
+                Copy {
+                    device_offset: 2000,
+                    staging_offset: 0,
+                    len: 200
+                },
+                Copy {
+                    device_offset: 2400,
+                    staging_offset: 200,
+                    len: 50
+                },
+                Copy {
+                    device_offset: 2500,
+                    staging_offset: 250,
+                    len: 50
+                },
+                Copy {
+                    device_offset: 2600,
+                    staging_offset: 300,
+                    len: 50
+                },
+            ]
+        );
+        assert_eq!(b[0].staging_bytes, 350);
+    }
+
+    #[test]
+    fn batches_fit_the_staging_buffer_and_never_split_a_page() {
+        let items: Vec<Item> = (0..4).map(|i| item(i, 0, 0..2)).collect();
+        let b = plan(&spec(), &items, 450).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(b.len(), 2);
+        assert_eq!((b[0].items.clone(), b[1].items.clone()), (0..2, 2..4));
+        assert!(b.iter().all(|x| x.staging_bytes <= 450));
+        // Every byte of every item is planned exactly once.
+        let total: usize = b.iter().flat_map(|x| &x.copies).map(|c| c.len).sum();
+        assert_eq!(total, 4 * 200);
+        // One layer of a page.
+        let b = plan(&spec(), &[item(1, 0, 1..2)], 100).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            b[0].copies,
+            vec![Copy {
+                device_offset: 1100,
+                staging_offset: 0,
+                len: 100
+            }]
+        );
+    }
+
+    #[test]
+    fn bad_items_are_refused_before_anything_is_planned() {
+        assert!(
+            plan(&spec(), &[item(0, 0, 0..2)], 199).is_err(),
+            "larger than staging"
+        );
+        assert!(
+            plan(&spec(), &[item(4, 0, 0..2)], 4096).is_err(),
+            "index out of range"
+        );
+        assert!(
+            plan(&spec(), &[item(0, 7, 0..1)], 4096).is_err(),
+            "unknown group"
+        );
+        assert!(
+            plan(&spec(), &[item(0, 1, 2..4)], 4096).is_err(),
+            "past the layers"
+        );
+        assert_eq!(
+            plan(&spec(), &[], 4096).unwrap_or_else(|e| panic!("{e}")),
+            vec![]
+        );
+    }
+}
