@@ -254,6 +254,24 @@ impl Metrics {
         );
         counter(
             &mut o,
+            "orbitkv_store_gets_total",
+            "Verified reads of stored records (loads included).",
+            store.gets,
+        );
+        counter(
+            &mut o,
+            "orbitkv_store_dram_hits_total",
+            "Reads served from the DRAM tier (the rest came from SSD).",
+            store.dram_hits,
+        );
+        counter(
+            &mut o,
+            "orbitkv_store_repaired_tails_total",
+            "Torn segment tails truncated when the store was opened.",
+            store.torn_tails_truncated,
+        );
+        counter(
+            &mut o,
             "orbitkv_store_checksum_failures_total",
             "Records that failed verification on read (each a miss).",
             store.checksum_failures,

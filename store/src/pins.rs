@@ -112,6 +112,7 @@ impl StateStore {
             };
             (p.key, p.record, p.segment.clone())
         };
+        Stats::add(&self.stats.gets, 1);
         if self.dram.get(&key, record.sequence, out) {
             Stats::add(&self.stats.dram_hits, 1);
             return Ok(Some(record));
@@ -137,6 +138,7 @@ impl StateStore {
             };
             (p.key, p.record, p.segment.clone())
         };
+        Stats::add(&self.stats.gets, 1);
         let mut f = Some(f);
         if let Some(r) = self
             .dram

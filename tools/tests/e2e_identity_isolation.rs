@@ -94,10 +94,24 @@ fn only_the_same_computation_shares_hits() {
     }
     // The daemon counted the misses by reason.
     let text = serve.scrape();
+    let metric = |name: &str| common::daemon::metric(&text, name);
+    assert!(metric("orbitkv_misses_total{reason=\"gap\"}") > 0, "{text}");
+    // Every acquire, load and publish was timed; loads read the store (from its DRAM tier).
+    for kind in [
+        "acquire",
+        "load",
+        "publish_copied",
+        "publish_durable",
+        "release",
+    ] {
+        let n = metric(&format!("orbitkv_request_seconds_count{{kind=\"{kind}\"}}"));
+        assert!(n > 0, "{kind}: {text}");
+    }
     assert!(
-        common::daemon::metric(&text, "orbitkv_misses_total{reason=\"gap\"}") > 0,
+        metric("orbitkv_store_gets_total") >= u(&same, "loaded_pages"),
         "{text}"
     );
+    assert!(metric("orbitkv_store_dram_hits_total") > 0, "{text}");
     let (status, stderr) = serve.stop();
     assert!(status.success(), "{stderr}");
 }
