@@ -12,6 +12,9 @@
 //!   vs `memcpy` of the same bytes, and until PublishDurable (stored with a sync: the disk's
 //!   rate, shown beside).
 //!
+//! With two CPUs or more, the daemon's threads and the echo thread run on CPU 1 and the clients on
+//! CPU 0, so both servers see the same wake-up path.
+//!
 //! Run: `cargo bench -p orbitkv-benches --bench hot_path` (environment: `ORBITKV_BENCH_ROUNDS`,
 //! default 20; `ORBITKV_BENCH_QUERIES` per round, default 1000, alternating with the echo in
 //! runs of 100; `ORBITKV_BENCH_DIR`, default a
@@ -199,9 +202,12 @@ fn query(s: &Sealed, round: u32, blocks: usize) -> QueryRequest {
     }
 }
 
-/// An echo server: reads each frame, answers with `reply` under the frame's request id.
-fn echo(listener: UnixListener, reply: Message) -> JoinHandle<()> {
+/// An echo server: reads each frame, answers with `reply` under the frame's request id. Its
+/// thread runs on `cpu` (where the daemon's threads run), so both servers are as far from the
+/// client.
+fn echo(listener: UnixListener, reply: Message, cpu: usize) -> JoinHandle<()> {
     std::thread::spawn(move || {
+        orbitkv_benches::pin_to(cpu);
         let (mut s, _) = listener.accept().unwrap();
         while let Ok((h, _body)) = read_frame(&mut s, DEFAULT_MAX_BODY) {
             let bytes = reply.encode_frame(h.request).unwrap();
@@ -221,13 +227,25 @@ fn main() {
     );
     std::fs::create_dir_all(&base).unwrap();
     let tmp = tempfile::tempdir_in(&base).unwrap();
+    // The daemon's threads (spawned now, inheriting the mask) on CPU 1, the clients on CPU 0:
+    // on a virtual machine a wake-up's cost depends on where the threads run, so the daemon and
+    // the echo baseline get the same placement.
+    let pinned = orbitkv_benches::pin_to(1);
     let d = Daemon::start(tmp.path());
+    if pinned {
+        orbitkv_benches::pin_to(0);
+    }
     let sim = instance();
     let page_bytes = sim.page_bytes() as usize;
     let bytes = page_bytes * PAGES as usize;
     println!(
-        "hot-path bench: {rounds} interleaved rounds; {PAGES} pages of {} KiB per Load/Publish; {queries} queries per round",
-        page_bytes >> 10
+        "hot-path bench: {rounds} interleaved rounds; {PAGES} pages of {} KiB per Load/Publish; {queries} queries per round; {}",
+        page_bytes >> 10,
+        if pinned {
+            "servers on CPU 1, clients on CPU 0"
+        } else {
+            "threads not pinned"
+        }
     );
     let mut s = seal(&d.socket, &sim);
     let pool = HostPool::create(sim.pool_spec(1, 2 * PAGES)).unwrap();
@@ -359,7 +377,7 @@ fn main() {
     assert!(matches!(&reply, Message::Proof(p) if p.boundary == 16 * QUERY_BLOCKS as u64));
     let echo_path = tmp.path().join("echo.sock");
     let listener = UnixListener::bind(&echo_path).unwrap();
-    let echo_thread = echo(listener, reply.clone());
+    let echo_thread = echo(listener, reply.clone(), 1);
     let mut echo_client = Client::connect(&echo_path).unwrap();
     let (mut daemon_rtt, mut echo_rtt) = (Vec::new(), Vec::new());
     // Alternate in runs of 100 so both see the same machine.

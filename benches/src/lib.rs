@@ -69,3 +69,41 @@ fn human(secs: f64) -> String {
         format!("{:.1} ns", secs * 1e9)
     }
 }
+
+/// Pins the calling thread (and the threads it spawns afterwards) to `cpu`; false when the
+/// machine has one CPU or the call fails (then nothing is pinned).
+#[expect(unsafe_code, reason = "sched_setaffinity has no safe wrapper in std")]
+pub fn pin_to(cpu: usize) -> bool {
+    if online_cpus() < 2 {
+        return false;
+    }
+    // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET writes inside it; the call reads
+    // `size_of::<cpu_set_t>()` bytes of it and applies to the calling thread (pid 0).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+/// CPUs online (not the calling thread's affinity, which `available_parallelism` reports).
+#[expect(unsafe_code, reason = "sysconf has no safe wrapper in std")]
+fn online_cpus() -> usize {
+    // SAFETY: sysconf reads a system value; it has no memory effects.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
+/// Lets the calling thread run on every CPU again (undoes [`pin_to`]).
+#[expect(unsafe_code, reason = "sched_setaffinity has no safe wrapper in std")]
+pub fn unpin() {
+    let n = online_cpus().min(libc::CPU_SETSIZE as usize);
+    // SAFETY: as in `pin_to`; the set names CPUs 0..n.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for cpu in 0..n {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
+    }
+}

@@ -32,11 +32,31 @@ pub struct Metrics {
     pub loaded_pages: AtomicU64,
     /// Pages published into the store.
     pub published_pages: AtomicU64,
+    /// Bytes copied into engine pages (out of the store's DRAM or SSD tier).
+    pub loaded_bytes: AtomicU64,
+    /// Bytes copied out of engine pages for publishing (into the store).
+    pub published_bytes: AtomicU64,
     /// Pages of a Load or Publish that failed (stale, out of range, bad record, ...).
     pub failed_pages: AtomicU64,
+    /// Records the validator treated as absent, by reason ([`REJECTION_REASONS`]).
+    pub rejections: [AtomicU64; REJECTION_REASONS.len()],
     /// Time the daemon took to answer each hot-path request, by kind ([`LATENCY_KINDS`]).
     pub latency: [Histogram; LATENCY_KINDS.len()],
 }
+
+/// Why the validator treated a record as absent (`crate::query::rejection_name`).
+pub const REJECTION_REASONS: [&str; 10] = [
+    "namespace",
+    "domain",
+    "unknown_group",
+    "component",
+    "rank",
+    "key_fields",
+    "format",
+    "misaligned",
+    "overlap",
+    "duplicate",
+];
 
 /// The hot-path requests whose service time is kept, in [`Metrics::latency`] order: a
 /// Publish is timed to its first reply (the pages are free) and to its second (durable).
@@ -107,6 +127,14 @@ impl Metrics {
             } else {
                 inc(&self.failed_pages);
             }
+        }
+    }
+
+    /// Counts a record the validator treated as absent.
+    pub fn rejection(&self, d: &orbitkv_state::Disagreement) {
+        let name = crate::query::rejection_name(d);
+        if let Some(i) = REJECTION_REASONS.iter().position(|r| *r == name) {
+            inc(&self.rejections[i]);
         }
     }
 
@@ -242,6 +270,18 @@ impl Metrics {
         }
         counter(
             &mut o,
+            "orbitkv_loaded_bytes_total",
+            "Bytes copied from the store into engine pages.",
+            g(&self.loaded_bytes),
+        );
+        counter(
+            &mut o,
+            "orbitkv_published_bytes_total",
+            "Bytes copied out of engine pages to be stored.",
+            g(&self.published_bytes),
+        );
+        counter(
+            &mut o,
             "orbitkv_store_puts_total",
             "Bundles put.",
             store.puts,
@@ -294,6 +334,17 @@ impl Metrics {
             "Segments quarantined after read errors.",
             store.quarantined_segments,
         );
+        let _ = writeln!(
+            o,
+            "# HELP orbitkv_validator_rejections_total Records the validator treated as absent, by reason.\n# TYPE orbitkv_validator_rejections_total counter"
+        );
+        for (name, c) in REJECTION_REASONS.iter().zip(&self.rejections) {
+            let _ = writeln!(
+                o,
+                "orbitkv_validator_rejections_total{{reason=\"{name}\"}} {}",
+                g(c)
+            );
+        }
         let _ = writeln!(
             o,
             "# HELP orbitkv_request_seconds Time the daemon took to answer hot-path requests, by kind.\n# TYPE orbitkv_request_seconds histogram"

@@ -6,8 +6,8 @@
 //! restored. No side effects: the scheduler may ask again and again.
 
 use orbitkv_state::{
-    CacheGroupId, Outcome, RankSpec, Ranks, Recompute, RecordEvidence, RestoreRequest, StateKey,
-    validate,
+    CacheGroupId, Disagreement, Outcome, RankSpec, Ranks, Recompute, RecordEvidence,
+    RestoreRequest, StateKey, validate,
 };
 use orbitkv_store::StateStore;
 
@@ -64,12 +64,29 @@ pub fn miss_code(r: &Recompute) -> u16 {
     }
 }
 
-/// Answers `q` for `inst` from `store`'s index.
+/// The name of a validator rejection (a record treated as absent), for metrics.
+pub fn rejection_name(d: &Disagreement) -> &'static str {
+    match d {
+        Disagreement::Namespace => "namespace",
+        Disagreement::Domain => "domain",
+        Disagreement::UnknownGroup => "unknown_group",
+        Disagreement::Component => "component",
+        Disagreement::Rank => "rank",
+        Disagreement::KeyFields => "key_fields",
+        Disagreement::Format => "format",
+        Disagreement::Misaligned => "misaligned",
+        Disagreement::Overlap { .. } => "overlap",
+        Disagreement::Duplicate { .. } => "duplicate",
+    }
+}
+
+/// Answers `q` for `inst` from `store`'s index; also returns why each record the validator
+/// treated as absent was (for the metrics).
 pub fn answer(
     inst: &SealedInstance,
     store: &StateStore,
     q: &QueryRequest,
-) -> Result<Answer, Refusal> {
+) -> Result<(Answer, Vec<Disagreement>), Refusal> {
     let malformed = |d: String| Refusal {
         code: ErrorCode::Malformed,
         detail: d,
@@ -126,7 +143,8 @@ pub fn answer(
         },
         &evidence,
     );
-    Ok(match v.outcome {
+    let rejected = v.excluded.iter().map(|e| e.reason).collect();
+    let answer = match v.outcome {
         Outcome::Recompute(r) => Answer::Miss {
             reason: miss_code(&r),
             detail: r.to_string(),
@@ -161,5 +179,6 @@ pub fn answer(
                 records,
             }
         }
-    })
+    };
+    Ok((answer, rejected))
 }

@@ -691,17 +691,25 @@ fn handle(
                     .get(l.lease, &s.instance.name, Instant::now())?
                     .pins
                     .clone();
-                Ok(crate::transfer::load(
-                    &shared.store,
+                let statuses =
+                    crate::transfer::load(&shared.store, &bridge, l.epoch, &pins, &l.pages);
+                let moved = crate::transfer::request_bytes(
                     &bridge,
-                    l.epoch,
-                    &pins,
-                    &l.pages,
-                ))
+                    l.pages
+                        .iter()
+                        .zip(&statuses)
+                        .filter(|(_, st)| **st == crate::protocol::PageStatus::Ok)
+                        .map(|(p, _)| (p.page, p.group, p.layer_start..p.layer_end)),
+                );
+                Ok((statuses, moved))
             });
             match r {
-                Ok(pages) => {
+                Ok((pages, moved)) => {
                     shared.metrics.pages(&pages, true);
+                    shared
+                        .metrics
+                        .loaded_bytes
+                        .fetch_add(moved, Ordering::Relaxed);
                     Message::Loaded { pages }
                 }
                 Err(r) => r.message(),
@@ -716,6 +724,10 @@ fn handle(
             });
             match r {
                 Ok(copied) => {
+                    shared
+                        .metrics
+                        .published_bytes
+                        .fetch_add(copied.bytes(), Ordering::Relaxed);
                     // The pages may be reused now: nothing reads them again. Storing and
                     // durability are the second reply.
                     conn.send(
@@ -765,7 +777,10 @@ fn query(
 ) -> Result<Message, Refusal> {
     let session = shared.session(&q.token, Some(q.epoch))?;
     inc(&shared.metrics.queries);
-    let answer = crate::query::answer(&session.instance, &shared.store, q)?;
+    let (answer, rejected) = crate::query::answer(&session.instance, &shared.store, q)?;
+    for r in &rejected {
+        shared.metrics.rejection(r);
+    }
     match answer {
         crate::query::Answer::Miss { reason, detail } => {
             shared.metrics.miss(reason);

@@ -197,6 +197,13 @@ pub struct Copied {
     records: Vec<(usize, RecordMeta, Vec<u8>)>,
 }
 
+impl Copied {
+    /// Bytes copied out.
+    pub fn bytes(&self) -> u64 {
+        self.records.iter().map(|(_, _, b)| b.len() as u64).sum()
+    }
+}
+
 /// Copies each page out (fenced, re-checked seqlock-style: a page reused during its copy is not
 /// kept). Once this returns the engine may reuse every page: nothing reads them afterwards.
 pub fn copy_out(

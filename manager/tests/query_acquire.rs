@@ -202,3 +202,31 @@ fn forged_tokens_and_old_epochs_are_refused() {
     let stats = s.scheduler.stats().unwrap_or_else(|e| panic!("{e}"));
     assert!(stats.contains("orbitkv_refused_tokens_total 2"), "{stats}");
 }
+
+#[test]
+fn a_record_of_another_format_is_never_proven_and_is_counted() {
+    let d = Daemon::start();
+    let sim = SimInstance::new("engine-r", 1);
+    let mut s = seal(&d, &sim);
+    // Block 0 stored under the instance's key, but with another format's digest (bytes of
+    // another layout; the store keeps one format per namespace, group and rank).
+    let meta = RecordMeta {
+        key: key(s.namespace, 0, 0),
+        parent: None,
+        range: TokenRange::new(0, 16).unwrap_or_else(|e| panic!("{e}")),
+        format: orbitkv_state::FormatDigest([0xEE; 32]),
+    };
+    let payload = vec![0u8; sim.page_bytes() as usize];
+    d.store
+        .put(&[(meta, payload.as_slice())])
+        .unwrap_or_else(|e| panic!("{e}"));
+    match s.scheduler.request(&Message::Query(query(&s, 1, 16))) {
+        Ok(Message::Miss { .. }) => {}
+        other => panic!("a record of another format was served: {other:?}"),
+    }
+    let stats = s.scheduler.stats().unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        stats.contains("orbitkv_validator_rejections_total{reason=\"format\"} 1"),
+        "{stats}"
+    );
+}

@@ -112,6 +112,18 @@ fn only_the_same_computation_shares_hits() {
         "{text}"
     );
     assert!(metric("orbitkv_store_dram_hits_total") > 0, "{text}");
+    // Bytes per direction: what the engines loaded (the publisher hit its own earlier
+    // requests too) and published.
+    assert_eq!(
+        metric("orbitkv_loaded_bytes_total"),
+        u(&first, "loaded_bytes") + u(&same, "loaded_bytes"),
+        "{text}"
+    );
+    assert_eq!(
+        metric("orbitkv_published_bytes_total"),
+        u(&first, "published_bytes"),
+        "{text}"
+    );
     let (status, stderr) = serve.stop();
     assert!(status.success(), "{stderr}");
 }
