@@ -1,5 +1,7 @@
-//! The Rust client of the engine protocol: one connection, requests answered in order. Used by
-//! the tests, the simulated engine and the engine adapters.
+//! The Rust client of the engine protocol: one connection, requests answered in order, a typed
+//! method per request (register, register_pool, query, acquire, load, publish, release, stats,
+//! sync, retire). Used by the tests, the simulated engine, `orbitkv admin`, the benchmarks and
+//! the engine adapters.
 
 use std::io::{self, Write};
 use std::os::fd::BorrowedFd;
@@ -8,8 +10,13 @@ use std::path::Path;
 
 use orbitkv_gpu_bridge::fdpass::send_with_fd;
 
+use orbitkv_gpu_bridge::PoolSpec;
+
 use crate::protocol::frame::ReadError;
-use crate::protocol::{DEFAULT_MAX_BODY, ErrorCode, Message, ProtocolError, read_frame};
+use crate::protocol::message::{LoadRequest, Proof, PublishRequest, QueryRequest, Register, Token};
+use crate::protocol::{
+    DEFAULT_MAX_BODY, ErrorCode, Message, PageStatus, ProtocolError, read_frame,
+};
 
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +47,54 @@ impl From<ReadError> for ClientError {
             ReadError::Protocol(e) => ClientError::Protocol(e),
         }
     }
+}
+
+/// What a rank's registration got when its instance sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seal {
+    /// This rank's session id.
+    pub session: u64,
+    /// The instance's epoch.
+    pub epoch: u64,
+    /// The instance's namespace.
+    pub namespace: [u8; 32],
+    /// The token every hot-path request carries.
+    pub token: Token,
+}
+
+/// A Query's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// What can be restored, and what to load for it.
+    Proof(Proof),
+    /// Nothing beyond the origin, and why (docs/protocol.md, "Miss reasons").
+    Miss {
+        /// The reason's code.
+        reason: u16,
+        /// A readable account.
+        detail: String,
+    },
+}
+
+/// An Acquire's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acquired {
+    /// The proven records are pinned under `lease`.
+    Leased {
+        /// The lease.
+        lease: u64,
+        /// It ends this long after its last use unless released.
+        ttl_ms: u32,
+        /// What was proven.
+        proof: Proof,
+    },
+    /// Nothing beyond the origin, and why.
+    Miss {
+        /// The reason's code.
+        reason: u16,
+        /// A readable account.
+        detail: String,
+    },
 }
 
 /// A connection to the daemon.
@@ -115,6 +170,116 @@ impl Client {
     pub fn stats(&mut self) -> Result<String, ClientError> {
         match self.request(&Message::Stats)? {
             Message::StatsReply { text } => Ok(text),
+            other => Err(ClientError::Unexpected(other.kind())),
+        }
+    }
+
+    /// Registers a rank; returns once its instance sealed (or the seal was refused or timed
+    /// out: [`ClientError::Refused`] with the reason).
+    pub fn register(&mut self, reg: Register) -> Result<Seal, ClientError> {
+        match self.request(&Message::Register(reg))? {
+            Message::Sealed {
+                session,
+                epoch,
+                namespace,
+                token,
+            } => Ok(Seal {
+                session,
+                epoch,
+                namespace,
+                token,
+            }),
+            other => Err(ClientError::Unexpected(other.kind())),
+        }
+    }
+
+    /// Registers a worker's page pool, its region's descriptor passed beside the frame.
+    pub fn register_pool(
+        &mut self,
+        token: Token,
+        spec: PoolSpec,
+        region: BorrowedFd<'_>,
+    ) -> Result<(), ClientError> {
+        let id = self.send_with_fd(&Message::RegisterPool { token, spec }, region)?;
+        match self.reply(id)? {
+            Message::PoolRegistered { .. } => Ok(()),
+            other => Err(ClientError::Unexpected(other.kind())),
+        }
+    }
+
+    /// Asks what can be restored (no side effects).
+    pub fn query(&mut self, q: QueryRequest) -> Result<Answer, ClientError> {
+        match self.request(&Message::Query(q))? {
+            Message::Proof(proof) => Ok(Answer::Proof(proof)),
+            Message::Miss { reason, detail } => Ok(Answer::Miss { reason, detail }),
+            other => Err(ClientError::Unexpected(other.kind())),
+        }
+    }
+
+    /// Asks what can be restored and pins it under a lease.
+    pub fn acquire(&mut self, q: QueryRequest) -> Result<Acquired, ClientError> {
+        match self.request(&Message::Acquire(q))? {
+            Message::Leased {
+                lease,
+                ttl_ms,
+                proof,
+            } => Ok(Acquired::Leased {
+                lease,
+                ttl_ms,
+                proof,
+            }),
+            Message::Miss { reason, detail } => Ok(Acquired::Miss { reason, detail }),
+            other => Err(ClientError::Unexpected(other.kind())),
+        }
+    }
+
+    /// Copies acquired records into pages; one status per page.
+    pub fn load(&mut self, req: LoadRequest) -> Result<Vec<PageStatus>, ClientError> {
+        match self.request(&Message::Load(req))? {
+            Message::Loaded { pages } => Ok(pages),
+            other => Err(ClientError::Unexpected(other.kind())),
+        }
+    }
+
+    /// Sends a Publish; `copied` is called with the first reply's statuses as soon as it comes
+    /// (the pages may be reused from then on). Returns each page's final status once the
+    /// records are durable.
+    pub fn publish(
+        &mut self,
+        req: PublishRequest,
+        copied: impl FnOnce(&[PageStatus]),
+    ) -> Result<Vec<PageStatus>, ClientError> {
+        let id = self.send(&Message::Publish(req))?;
+        match self.reply(id)? {
+            Message::PublishCopied { pages } => copied(&pages),
+            other => return Err(ClientError::Unexpected(other.kind())),
+        }
+        match self.reply(id)? {
+            Message::PublishDurable { pages } => Ok(pages),
+            other => Err(ClientError::Unexpected(other.kind())),
+        }
+    }
+
+    /// Ends a lease.
+    pub fn release(&mut self, token: Token, lease: u64) -> Result<(), ClientError> {
+        match self.request(&Message::Release { token, lease })? {
+            Message::Released => Ok(()),
+            other => Err(ClientError::Unexpected(other.kind())),
+        }
+    }
+
+    /// Makes every accepted publish durable.
+    pub fn sync(&mut self) -> Result<(), ClientError> {
+        match self.request(&Message::Sync)? {
+            Message::Synced => Ok(()),
+            other => Err(ClientError::Unexpected(other.kind())),
+        }
+    }
+
+    /// Retires a namespace; returns the watermark below which its records are dead.
+    pub fn retire(&mut self, namespace: [u8; 32]) -> Result<u64, ClientError> {
+        match self.request(&Message::Retire { namespace })? {
+            Message::Retired { watermark } => Ok(watermark),
             other => Err(ClientError::Unexpected(other.kind())),
         }
     }

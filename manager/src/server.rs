@@ -130,7 +130,6 @@ impl Shared {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The pools of connection `id` (made on first use).
     /// Refuses a Load or Publish whose pages hold more than the per-request byte limit.
     fn check_request_bytes(
         &self,
@@ -151,6 +150,7 @@ impl Shared {
         Ok(())
     }
 
+    /// The pools of connection `id` (made on first use).
     fn bridge(&self, id: ConnId) -> Arc<orbitkv_gpu_bridge::Bridge> {
         self.bridges
             .lock()

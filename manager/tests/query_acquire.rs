@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Daemon, seal};
-use orbitkv_manager::client::ClientError;
+use orbitkv_manager::client::{Answer, ClientError};
 use orbitkv_manager::protocol::message::QueryRequest;
 use orbitkv_manager::protocol::{ErrorCode, Message};
 use orbitkv_manager::sim::SimInstance;
@@ -220,8 +220,8 @@ fn a_record_of_another_format_is_never_proven_and_is_counted() {
     d.store
         .put(&[(meta, payload.as_slice())])
         .unwrap_or_else(|e| panic!("{e}"));
-    match s.scheduler.request(&Message::Query(query(&s, 1, 16))) {
-        Ok(Message::Miss { .. }) => {}
+    match s.scheduler.query(query(&s, 1, 16)) {
+        Ok(Answer::Miss { .. }) => {}
         other => panic!("a record of another format was served: {other:?}"),
     }
     let stats = s.scheduler.stats().unwrap_or_else(|e| panic!("{e}"));

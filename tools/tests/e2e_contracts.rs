@@ -24,10 +24,10 @@ fn a_hybrid_instance_is_restored_only_at_proven_boundaries() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let serve = Serve::start(&dir.path().join("data"));
     let args = ["--contract", "hybrid", "--seed", "3", "--requests", "48"];
-    let (code, first) = serve.engine_sim(&[&args[..], &["--name", "hybrid-a"]].concat());
+    let (code, first) = serve.engine_sim(&[&args[..], &["--instance", "hybrid-a"]].concat());
     clean(code, &first);
     let (code, second) =
-        serve.engine_sim(&[&args[..], &["--name", "hybrid-b", "--consumer"]].concat());
+        serve.engine_sim(&[&args[..], &["--instance", "hybrid-b", "--consumer"]].concat());
     clean(code, &second);
     // engine-sim checks each proof against the contract (`unproven` is 0 above); some requests
     // find window pages but no checkpoint and recompute.
@@ -52,9 +52,10 @@ fn a_two_rank_instance_hits_only_when_both_ranks_records_exist() {
     let args = ["--ranks", "2", "--seed", "9", "--requests", "16"];
     // Rank 1 of the first instance never publishes.
     let (code, first) =
-        serve.engine_sim(&[&args[..], &["--name", "tp-a", "--silent-rank", "1"]].concat());
+        serve.engine_sim(&[&args[..], &["--instance", "tp-a", "--silent-rank", "1"]].concat());
     clean(code, &first);
-    let (code, half) = serve.engine_sim(&[&args[..], &["--name", "tp-b", "--consumer"]].concat());
+    let (code, half) =
+        serve.engine_sim(&[&args[..], &["--instance", "tp-b", "--consumer"]].concat());
     clean(code, &half);
     assert_eq!(u(&half, "hits"), 0, "{half}");
     assert!(
@@ -64,9 +65,10 @@ fn a_two_rank_instance_hits_only_when_both_ranks_records_exist() {
         "{half}"
     );
     // Once both ranks have published, everything is served.
-    let (code, full) = serve.engine_sim(&[&args[..], &["--name", "tp-c"]].concat());
+    let (code, full) = serve.engine_sim(&[&args[..], &["--instance", "tp-c"]].concat());
     clean(code, &full);
-    let (code, after) = serve.engine_sim(&[&args[..], &["--name", "tp-d", "--consumer"]].concat());
+    let (code, after) =
+        serve.engine_sim(&[&args[..], &["--instance", "tp-d", "--consumer"]].concat());
     clean(code, &after);
     assert!(u(&after, "hits") > 0, "{after}");
     assert_eq!(

@@ -50,10 +50,10 @@ fn only_the_same_computation_shares_hits() {
         assert_eq!(u(&r, "unproven"), 0, "{extra:?}: {r}");
         r
     };
-    let first = run(&["--name", "publisher"]);
+    let first = run(&["--instance", "publisher"]);
     assert!(u(&first, "published_pages") > 0, "{first}");
     // The same computation: everything it asks for was published, and comes back byte-exact.
-    let same = run(&["--name", "same", "--consumer"]);
+    let same = run(&["--instance", "same", "--consumer"]);
     assert!(u(&same, "hits") > 0, "{same}");
     assert_eq!(
         u(&same, "proven_tokens"),
@@ -86,7 +86,7 @@ fn only_the_same_computation_shares_hits() {
         ("page layout", vec!["--head-size", "8"]),
     ];
     for (what, change) in cases {
-        let mut extra = vec!["--name", what, "--consumer"];
+        let mut extra = vec!["--instance", what, "--consumer"];
         extra.extend(change);
         let r = run(&extra);
         assert_eq!(u(&r, "hits"), 0, "{what}: {r}");

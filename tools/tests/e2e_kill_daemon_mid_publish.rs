@@ -26,7 +26,7 @@ fn a_daemon_killed_mid_publish_serves_nothing_wrong_after_restart() {
     let mut engines: Vec<_> = (0..2)
         .map(|i| {
             bin()
-                .args(["engine-sim", "--json", "--name", &format!("pub-{i}")])
+                .args(["engine-sim", "--json", "--instance", &format!("pub-{i}")])
                 .arg("--socket")
                 .arg(&serve.socket)
                 .args(BIG)

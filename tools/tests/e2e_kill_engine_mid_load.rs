@@ -30,7 +30,7 @@ fn a_killed_engine_loses_its_leases_and_pins_and_others_carry_on() {
     assert_eq!(code, Some(0), "{first}");
     // A consumer loading the same requests over and over, killed while it holds a lease.
     let mut victim = bin()
-        .args(["engine-sim", "--json", "--consumer", "--name", "victim"])
+        .args(["engine-sim", "--json", "--consumer", "--instance", "victim"])
         .arg("--socket")
         .arg(&serve.socket)
         .args(BIG)

@@ -16,11 +16,11 @@ use orbitkv_state::engine_hash::vllm::{RequestExtras, VllmHashAlgo, VllmHasher};
 
 use super::instance::{CHECKPOINT_BLOCKS, SimContract, SimGroup, SimInstance, WINDOW_BLOCKS};
 use super::payload;
-use crate::client::{Client, ClientError};
+use crate::client::{Acquired, Client, ClientError};
 use crate::protocol::message::{
     GroupHashes, LoadPage, LoadRequest, Proof, PublishPage, PublishRequest, QueryRequest, Token,
 };
-use crate::protocol::{Message, PageStatus, Role};
+use crate::protocol::{PageStatus, Role};
 
 /// Why the simulated engine stopped.
 #[derive(Debug, thiserror::Error)]
@@ -54,13 +54,6 @@ pub enum SimError {
 
 /// Result alias of the simulated engine.
 pub type Result<T> = std::result::Result<T, SimError>;
-
-fn unexpected(request: &'static str, reply: &Message) -> SimError {
-    SimError::Unexpected {
-        request,
-        reply: format!("{reply:?}"),
-    }
-}
 
 /// How to run a simulated engine.
 #[derive(Debug, Clone)]
@@ -290,15 +283,12 @@ impl Worker {
                     layer_end: self.inst.layers,
                 });
             }
-            let reply = self.client.request(&Message::Load(LoadRequest {
+            let statuses = self.client.load(LoadRequest {
                 token: self.token,
                 epoch,
                 lease,
                 pages,
-            }))?;
-            let Message::Loaded { pages: statuses } = reply else {
-                return Err(unexpected("Load", &reply));
-            };
+            })?;
             for (j, (it, st)) in batch.iter().zip(&statuses).enumerate() {
                 if *st != PageStatus::Ok {
                     done.failed += 1;
@@ -347,20 +337,15 @@ impl Worker {
                     page,
                 });
             }
-            let id = self.client.send(&Message::Publish(PublishRequest {
-                token: self.token,
-                epoch,
-                pages,
-            }))?;
             // The first reply frees the pages; the second says which records are stored.
-            let copied = self.client.reply(id)?;
-            if !matches!(copied, Message::PublishCopied { .. }) {
-                return Err(unexpected("Publish", &copied));
-            }
-            let durable = self.client.reply(id)?;
-            let Message::PublishDurable { pages: statuses } = durable else {
-                return Err(unexpected("Publish", &durable));
-            };
+            let statuses = self.client.publish(
+                PublishRequest {
+                    token: self.token,
+                    epoch,
+                    pages,
+                },
+                |_| {},
+            )?;
             let mut ok = 0;
             for (it, st) in batch.iter().zip(&statuses) {
                 if *st == PageStatus::Ok {
@@ -432,11 +417,8 @@ fn connect(socket: &std::path::Path, name: &str) -> Result<Client> {
 
 /// Registers `role`/`rank`; returns the token and epoch of the seal.
 fn register(c: &mut Client, inst: &SimInstance, role: Role, rank: u32) -> Result<(Token, u64)> {
-    let reply = c.request(&Message::Register(inst.registration(role, rank)?))?;
-    match reply {
-        Message::Sealed { token, epoch, .. } => Ok((token, epoch)),
-        other => Err(unexpected("Register", &other)),
-    }
+    let seal = c.register(inst.registration(role, rank)?)?;
+    Ok((seal.token, seal.epoch))
 }
 
 /// Starts worker `rank`: registers it, registers its pool, then serves jobs.
@@ -450,11 +432,7 @@ fn spawn_worker(opts: &EngineOptions, rank: u32) -> WorkerHandle {
             let (token, _epoch) = register(&mut client, &inst, Role::Worker, rank)?;
             let spec = inst.pool_spec(rank + 1, pages);
             let pool = HostPool::create(spec.clone())?;
-            let id = client.send_with_fd(&Message::RegisterPool { token, spec }, pool.fd())?;
-            match client.reply(id)? {
-                Message::PoolRegistered { .. } => {}
-                other => return Err(unexpected("RegisterPool", &other)),
-            }
+            client.register_pool(token, spec, pool.fd())?;
             Ok(Worker {
                 rank,
                 inst,
@@ -644,8 +622,8 @@ impl SimEngine {
                 })
                 .collect(),
         };
-        match self.scheduler.request(&Message::Acquire(query))? {
-            Message::Leased { lease, proof, .. } => {
+        match self.scheduler.acquire(query)? {
+            Acquired::Leased { lease, proof, .. } => {
                 out.unproven = !self.proven(&proof, blocks);
                 for w in &self.workers {
                     let items: Vec<Item> = proof
@@ -678,17 +656,10 @@ impl SimEngine {
                     out.failed_pages += d.failed;
                     out.wrong_bytes += d.wrong_bytes;
                 }
-                match self.scheduler.request(&Message::Release {
-                    token: self.token,
-                    lease,
-                })? {
-                    Message::Released => {}
-                    other => return Err(unexpected("Release", &other)),
-                }
+                self.scheduler.release(self.token, lease)?;
                 out.boundary = proof.boundary;
             }
-            Message::Miss { reason, .. } => out.miss = Some(reason),
-            other => return Err(unexpected("Acquire", &other)),
+            Acquired::Miss { reason, .. } => out.miss = Some(reason),
         }
         let items = if self.opts.publish {
             self.to_publish(&hashes, out.boundary)

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use orbitkv_manager::client::{Client, ClientError};
-use orbitkv_manager::protocol::Message;
 use orbitkv_state::{Namespace, hex};
 use serde_json::{Map, Value, json};
 
@@ -83,26 +82,15 @@ pub fn run(a: &AdminArgs, out: &Output) -> Result<(), Failure> {
                 hex::decode_array(namespace, "--namespace")
                     .map_err(|e| Failure::refused(e.to_string()))?,
             );
-            match c
-                .request(&Message::Retire { namespace: ns.0 })
-                .map_err(fail)?
-            {
-                Message::Retired { watermark } => out.emit(
-                    &format!("retired {ns}: records below sequence {watermark} are dead\n"),
-                    || json!({ "namespace": ns.to_string(), "watermark": watermark }),
-                ),
-                other => Err(Failure::internal(format!(
-                    "unexpected reply {:#06x}",
-                    other.kind()
-                ))),
-            }
+            let watermark = c.retire(ns.0).map_err(fail)?;
+            out.emit(
+                &format!("retired {ns}: records below sequence {watermark} are dead\n"),
+                || json!({ "namespace": ns.to_string(), "watermark": watermark }),
+            )
         }
-        AdminCommand::Sync => match c.request(&Message::Sync).map_err(fail)? {
-            Message::Synced => out.emit("synced\n", || json!({ "synced": true })),
-            other => Err(Failure::internal(format!(
-                "unexpected reply {:#06x}",
-                other.kind()
-            ))),
-        },
+        AdminCommand::Sync => {
+            c.sync().map_err(fail)?;
+            out.emit("synced\n", || json!({ "synced": true }))
+        }
     }
 }

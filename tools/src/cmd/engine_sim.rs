@@ -239,7 +239,7 @@ pub struct EngineSimArgs {
     #[command(flatten)]
     instance: InstanceArgs,
     /// The instance's name [default: engine-sim-PID].
-    #[arg(long, value_name = "NAME")]
+    #[arg(long = "instance", value_name = "NAME")]
     name: Option<String>,
     /// Requests to send [default: 32 synthetic, or the whole trace].
     #[arg(long, value_name = "N")]
