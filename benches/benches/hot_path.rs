@@ -32,6 +32,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use orbitkv_benches::{env_u64, median_of as median};
 use orbitkv_gpu_bridge::{HostPool, PageRef};
 use orbitkv_manager::client::Client;
 use orbitkv_manager::protocol::message::{
@@ -47,18 +48,6 @@ use orbitkv_store::{Durability, StateStore, StoreConfig};
 const PAGES: u32 = 64;
 /// Blocks a query proves.
 const QUERY_BLOCKS: usize = 32;
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 fn percentile(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(f64::total_cmp);

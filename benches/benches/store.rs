@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use orbitkv_benches::{env_u64, median_of as median};
 use orbitkv_segments::{Alignment, FRAME_HEADER_LEN, RecordMeta};
 use orbitkv_state::{
     CacheGroupId, Component, FormatDigest, HashDomain, Namespace, ParallelShape, RankSpec,
@@ -44,18 +45,6 @@ use orbitkv_wal::NamespaceInfo;
 const NS: Namespace = Namespace([0x77; 32]);
 const SYNC_EVERY: u64 = 64 << 20;
 const SOURCES: usize = 8;
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 fn gbps(bytes: u64, secs: f64) -> f64 {
     bytes as f64 / secs / 1e9

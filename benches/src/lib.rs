@@ -107,3 +107,17 @@ pub fn unpin() {
         libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
     }
 }
+
+/// The environment variable `name` as a number, or `default`.
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The median of `v` (the upper one of an even count); `v` must not be empty.
+pub fn median_of(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}

@@ -32,6 +32,30 @@ pub fn call(what: &'static str, r: CUresult) -> Result<()> {
     }
 }
 
+/// Marks a type holding CUDA driver handles or device addresses `Send` (and `Sync` with
+/// `sync`): the driver lets any thread use them once the context is current there
+/// ([`Cuda::bind`] makes it so before each use) and synchronizes its own state.
+macro_rules! driver_handle {
+    ($t:ty) => {
+        // SAFETY: see the macro's doc: a handle or device address is valid on any thread with
+        // the context current; nothing in the value is thread-local.
+        #[expect(
+            unsafe_code,
+            reason = "CUDA handles are raw pointers the driver lets any thread use"
+        )]
+        unsafe impl Send for $t {}
+    };
+    ($t:ty, sync) => {
+        driver_handle!($t);
+        // SAFETY: a shared reference only hands the handle or address to the driver.
+        #[expect(
+            unsafe_code,
+            reason = "CUDA handles are raw pointers the driver lets any thread use"
+        )]
+        unsafe impl Sync for $t {}
+    };
+}
+
 /// The driver, initialized, with one device's primary context.
 #[derive(Debug)]
 pub struct Cuda {
@@ -39,19 +63,7 @@ pub struct Cuda {
     device: i32,
 }
 
-// SAFETY: a CUDA context handle may be made current on any thread (`bind` does, before every
-// use); the driver synchronizes its own state.
-#[expect(
-    unsafe_code,
-    reason = "CUDA handles are raw pointers the driver lets any thread use"
-)]
-unsafe impl Send for Cuda {}
-// SAFETY: as for `Send`: `&Cuda` only hands the handle to the driver.
-#[expect(
-    unsafe_code,
-    reason = "CUDA handles are raw pointers the driver lets any thread use"
-)]
-unsafe impl Sync for Cuda {}
+driver_handle!(Cuda, sync);
 
 impl Cuda {
     /// Whether the CUDA driver library can be loaded on this machine.
@@ -162,22 +174,12 @@ impl Drop for Pinned {
 /// A stream the copies are queued on.
 pub struct Stream(CUstream);
 
-// SAFETY: a stream handle may be used from any thread with its context current.
-#[expect(
-    unsafe_code,
-    reason = "CUDA handles are raw pointers the driver lets any thread use"
-)]
-unsafe impl Send for Stream {}
+driver_handle!(Stream);
 
 /// A recorded point in a stream: done when every copy queued before it is.
 pub struct Event(CUevent);
 
-// SAFETY: as for `Stream`.
-#[expect(
-    unsafe_code,
-    reason = "CUDA handles are raw pointers the driver lets any thread use"
-)]
-unsafe impl Send for Event {}
+driver_handle!(Event);
 
 impl Stream {
     /// A non-blocking stream (the context must be current).
@@ -282,18 +284,7 @@ pub struct DeviceRegion {
     ipc: bool,
 }
 
-// SAFETY: a device address is a number valid in the context on any thread.
-#[expect(
-    unsafe_code,
-    reason = "a device address the driver lets any thread use"
-)]
-unsafe impl Send for DeviceRegion {}
-// SAFETY: as for `Send`; the region is only read through driver calls.
-#[expect(
-    unsafe_code,
-    reason = "a device address the driver lets any thread use"
-)]
-unsafe impl Sync for DeviceRegion {}
+driver_handle!(DeviceRegion, sync);
 
 impl DeviceRegion {
     /// Opens the memory another process exported with `cuIpcGetMemHandle`; it must hold at
@@ -453,17 +444,11 @@ impl DeviceCopier {
             self.stream.record()?.wait()?;
             let staged = self.halves[0].as_slice();
             for (j, i) in b.items.clone().enumerate() {
-                let start = b.item_offsets[j];
-                let end = b
-                    .item_offsets
-                    .get(j + 1)
-                    .copied()
-                    .unwrap_or(b.staging_bytes);
                 let out = outs
                     .get_mut(i)
                     .ok_or_else(|| Error::Geometry(format!("no output for item {i}")))?;
                 out.clear();
-                out.extend_from_slice(&staged[start..end]);
+                out.extend_from_slice(&staged[b.staged(j)]);
             }
         }
         Ok(())
@@ -474,22 +459,17 @@ impl DeviceCopier {
 fn fill(half: &mut Pinned, b: &Batch, sources: &[&[u8]]) -> Result<()> {
     let staging = half.as_mut_slice();
     for (j, i) in b.items.clone().enumerate() {
-        let start = b.item_offsets[j];
-        let end = b
-            .item_offsets
-            .get(j + 1)
-            .copied()
-            .unwrap_or(b.staging_bytes);
+        let range = b.staged(j);
         let src = sources
             .get(i)
             .ok_or_else(|| Error::Geometry(format!("no source for item {i}")))?;
-        if src.len() != end - start {
+        if src.len() != range.len() {
             return Err(Error::Length {
-                expected: (end - start) as u64,
+                expected: range.len() as u64,
                 got: src.len() as u64,
             });
         }
-        staging[start..end].copy_from_slice(src);
+        staging[range].copy_from_slice(src);
     }
     Ok(())
 }

@@ -45,6 +45,23 @@ pub struct Batch {
     pub staging_bytes: usize,
 }
 
+impl Batch {
+    /// Where the `j`-th item of the batch lies in the staging buffer.
+    pub fn staged(&self, j: usize) -> Range<usize> {
+        let start = self
+            .item_offsets
+            .get(j)
+            .copied()
+            .unwrap_or(self.staging_bytes);
+        let end = self
+            .item_offsets
+            .get(j + 1)
+            .copied()
+            .unwrap_or(self.staging_bytes);
+        start..end
+    }
+}
+
 /// Plans `items` of `spec`'s pool through a staging buffer of `staging` bytes: each item's
 /// layers are packed in layer order (a record's layout), consecutive copies that are adjacent
 /// in both the pool and the staging buffer merge, and a batch ends before an item that would

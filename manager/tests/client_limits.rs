@@ -92,7 +92,10 @@ fn a_request_past_the_byte_limit_is_refused_whole_and_a_split_one_is_served() {
     assert_eq!(d.store.usage().records, 4);
     let mut reader = engine(&d, "limits-reader", 2);
     let o = reader.run(&tokens()).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!((o.boundary, o.loaded_pages, o.wrong_bytes), (64, 4, 0));
+    assert_eq!(
+        (o.boundary, o.pages.loaded, o.pages.wrong_bytes),
+        (64, 4, 0)
+    );
     // A reader loading four pages at once is refused (the lease it took is released when its
     // connection closes).
     let mut greedy = engine(&d, "limits-greedy", 64);

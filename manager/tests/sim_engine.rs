@@ -28,19 +28,22 @@ fn a_second_instance_of_the_same_computation_hits_byte_exact() {
     let d = Daemon::start();
     let reqs = synthetic(1, 24, 16);
     let first = run(&d, SimInstance::new("sim-a", 1), &reqs, &[]);
-    assert_eq!((first.errors, first.wrong_bytes, first.unproven), (0, 0, 0));
-    assert!(first.published_pages > 0);
-    let second = run(&d, SimInstance::new("sim-b-consumer", 1), &reqs, &[]);
     assert_eq!(
-        (second.errors, second.wrong_bytes, second.unproven),
+        (first.errors, first.pages.wrong_bytes, first.unproven),
         (0, 0, 0)
     );
-    assert_eq!(second.failed_pages, 0);
+    assert!(first.pages.published > 0);
+    let second = run(&d, SimInstance::new("sim-b-consumer", 1), &reqs, &[]);
+    assert_eq!(
+        (second.errors, second.pages.wrong_bytes, second.unproven),
+        (0, 0, 0)
+    );
+    assert_eq!(second.pages.failed, 0);
     // Every request with a full block was published by the first instance.
     let with_blocks = reqs.iter().filter(|r| r.len() >= 16).count() as u64;
     assert_eq!(second.hits, with_blocks, "{second:?}");
     assert_eq!(second.proven_tokens, second.requested_tokens);
-    assert!(second.loaded_pages > 0);
+    assert!(second.pages.loaded > 0);
     // Another computation (one identity byte) shares nothing.
     let mut other = SimInstance::new("sim-c-consumer", 1);
     other.identity[0] ^= 1;
@@ -55,11 +58,14 @@ fn a_hybrid_instance_is_restored_only_at_proven_checkpoints() {
     inst.contract = SimContract::Hybrid;
     let reqs = synthetic(3, 40, 16);
     let first = run(&d, inst.clone(), &reqs, &[]);
-    assert_eq!((first.errors, first.wrong_bytes, first.unproven), (0, 0, 0));
+    assert_eq!(
+        (first.errors, first.pages.wrong_bytes, first.unproven),
+        (0, 0, 0)
+    );
     inst.name = "hyb-b-consumer".into();
     let second = run(&d, inst, &reqs, &[]);
     assert_eq!(
-        (second.errors, second.wrong_bytes, second.unproven),
+        (second.errors, second.pages.wrong_bytes, second.unproven),
         (0, 0, 0)
     );
     assert!(second.hits > 0, "{second:?}");
@@ -90,6 +96,6 @@ fn a_two_rank_instance_hits_only_when_both_ranks_published() {
     let full = run(&d, SimInstance::new("tp-c", 2), &reqs, &[]);
     assert_eq!(full.errors, 0);
     let third = run(&d, SimInstance::new("tp-d-consumer", 2), &reqs, &[]);
-    assert_eq!((third.wrong_bytes, third.unproven), (0, 0));
+    assert_eq!((third.pages.wrong_bytes, third.unproven), (0, 0));
     assert_eq!(third.proven_tokens, third.requested_tokens, "{third:?}");
 }

@@ -80,20 +80,11 @@ impl DramTier {
     /// Copies the copy of `key` at `sequence` into `out` (replacing its contents); false when the
     /// tier holds no copy of exactly that record.
     pub(crate) fn get(&self, key: &StateKey, sequence: u64, out: &mut Vec<u8>) -> bool {
-        if !self.enabled() {
-            return false;
-        }
-        let entry = {
-            let map = self.shard(key).read().unwrap_or_else(|p| p.into_inner());
-            match map.get(key) {
-                Some(e) if e.sequence == sequence => e.clone(),
-                _ => return false,
-            }
-        };
-        out.clear();
-        out.extend_from_slice(&entry.bytes);
-        entry.read.store(true, Ordering::Relaxed);
-        true
+        self.with(key, sequence, |bytes| {
+            out.clear();
+            out.extend_from_slice(bytes);
+        })
+        .is_some()
     }
 
     /// Lends the copy of `key` at `sequence` to `f` without copying it (the copy stays alive

@@ -102,17 +102,20 @@ impl StateStore {
         true
     }
 
+    /// What `pin` holds (counted as a read), or `None` when it is not held.
+    fn pinned(&self, pin: Pin) -> Option<(StateKey, Record, Arc<SegmentFile>)> {
+        let table = self.pins.table();
+        let p = table.pins.get(&pin.0)?;
+        Stats::add(&self.stats.gets, 1);
+        Some((p.key, p.record, p.segment.clone()))
+    }
+
     /// Reads the pinned record into `out`, verified as [`StateStore::get`] verifies. `None` when
     /// the pin is not held or its bytes fail verification.
     pub fn get_pinned(&self, pin: Pin, out: &mut Vec<u8>) -> Result<Option<Record>> {
-        let (key, record, segment) = {
-            let table = self.pins.table();
-            let Some(p) = table.pins.get(&pin.0) else {
-                return Ok(None);
-            };
-            (p.key, p.record, p.segment.clone())
+        let Some((key, record, segment)) = self.pinned(pin) else {
+            return Ok(None);
         };
-        Stats::add(&self.stats.gets, 1);
         if self.dram.get(&key, record.sequence, out) {
             Stats::add(&self.stats.dram_hits, 1);
             return Ok(Some(record));
@@ -131,14 +134,9 @@ impl StateStore {
         scratch: &mut Vec<u8>,
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<Option<R>> {
-        let (key, record, segment) = {
-            let table = self.pins.table();
-            let Some(p) = table.pins.get(&pin.0) else {
-                return Ok(None);
-            };
-            (p.key, p.record, p.segment.clone())
+        let Some((key, record, segment)) = self.pinned(pin) else {
+            return Ok(None);
         };
-        Stats::add(&self.stats.gets, 1);
         let mut f = Some(f);
         if let Some(r) = self
             .dram

@@ -84,6 +84,35 @@ impl EngineOptions {
     }
 }
 
+/// Pages and bytes moved, for one request or many.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pages {
+    /// Pages loaded and checked.
+    pub loaded: u64,
+    /// Bytes loaded and checked.
+    pub loaded_bytes: u64,
+    /// Pages published.
+    pub published: u64,
+    /// Bytes published.
+    pub published_bytes: u64,
+    /// Pages of a Load or Publish the daemon reported failed.
+    pub failed: u64,
+    /// Loaded bytes that differ from what the computation produces (must be 0).
+    pub wrong_bytes: u64,
+}
+
+impl Pages {
+    /// Adds `other`.
+    pub fn add(&mut self, other: &Pages) {
+        self.loaded += other.loaded;
+        self.loaded_bytes += other.loaded_bytes;
+        self.published += other.published;
+        self.published_bytes += other.published_bytes;
+        self.failed += other.failed;
+        self.wrong_bytes += other.wrong_bytes;
+    }
+}
+
 /// What one request did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestOutcome {
@@ -93,18 +122,8 @@ pub struct RequestOutcome {
     pub boundary: u64,
     /// The miss reason's code, for a miss.
     pub miss: Option<u16>,
-    /// Pages loaded and checked.
-    pub loaded_pages: u64,
-    /// Bytes loaded and checked.
-    pub loaded_bytes: u64,
-    /// Pages published.
-    pub published_pages: u64,
-    /// Bytes published.
-    pub published_bytes: u64,
-    /// Pages of a Load or Publish the daemon reported failed.
-    pub failed_pages: u64,
-    /// Loaded bytes that differ from what the computation produces (must be 0).
-    pub wrong_bytes: u64,
+    /// Pages and bytes moved.
+    pub pages: Pages,
     /// The proof is not what the contract demands at its boundary (must never happen).
     pub unproven: bool,
     /// Time from the Acquire to the last Publish reply.
@@ -124,18 +143,8 @@ pub struct Report {
     pub requested_tokens: u64,
     /// Misses by reason code.
     pub misses: BTreeMap<u16, u64>,
-    /// Pages loaded and checked.
-    pub loaded_pages: u64,
-    /// Bytes loaded and checked.
-    pub loaded_bytes: u64,
-    /// Pages published.
-    pub published_pages: u64,
-    /// Bytes published.
-    pub published_bytes: u64,
-    /// Pages the daemon reported failed.
-    pub failed_pages: u64,
-    /// Wrong bytes loaded (must be 0).
-    pub wrong_bytes: u64,
+    /// Pages and bytes moved (`wrong_bytes` must be 0).
+    pub pages: Pages,
     /// Proofs that do not match the contract (must be 0).
     pub unproven: u64,
     /// Requests that failed outright.
@@ -156,12 +165,7 @@ impl Report {
         if let Some(code) = o.miss {
             *self.misses.entry(code).or_default() += 1;
         }
-        self.loaded_pages += o.loaded_pages;
-        self.loaded_bytes += o.loaded_bytes;
-        self.published_pages += o.published_pages;
-        self.published_bytes += o.published_bytes;
-        self.failed_pages += o.failed_pages;
-        self.wrong_bytes += o.wrong_bytes;
+        self.pages.add(&o.pages);
         self.unproven += u64::from(o.unproven);
         self.latencies_us.push(o.micros);
     }
@@ -175,12 +179,7 @@ impl Report {
         for (k, v) in &other.misses {
             *self.misses.entry(*k).or_default() += v;
         }
-        self.loaded_pages += other.loaded_pages;
-        self.loaded_bytes += other.loaded_bytes;
-        self.published_pages += other.published_pages;
-        self.published_bytes += other.published_bytes;
-        self.failed_pages += other.failed_pages;
-        self.wrong_bytes += other.wrong_bytes;
+        self.pages.add(&other.pages);
         self.unproven += other.unproven;
         self.errors += other.errors;
         self.latencies_us.extend_from_slice(&other.latencies_us);
@@ -651,10 +650,10 @@ impl SimEngine {
                 }
                 for w in &self.workers {
                     let d = w.wait()?;
-                    out.loaded_pages += d.ok;
-                    out.loaded_bytes += d.bytes;
-                    out.failed_pages += d.failed;
-                    out.wrong_bytes += d.wrong_bytes;
+                    out.pages.loaded += d.ok;
+                    out.pages.loaded_bytes += d.bytes;
+                    out.pages.failed += d.failed;
+                    out.pages.wrong_bytes += d.wrong_bytes;
                 }
                 self.scheduler.release(self.token, lease)?;
                 out.boundary = proof.boundary;
@@ -679,9 +678,9 @@ impl SimEngine {
         }
         for w in publishing {
             let d = w.wait()?;
-            out.published_pages += d.ok;
-            out.published_bytes += d.bytes;
-            out.failed_pages += d.failed;
+            out.pages.published += d.ok;
+            out.pages.published_bytes += d.bytes;
+            out.pages.failed += d.failed;
         }
         out.micros = started.elapsed().as_micros() as u64;
         Ok(out)

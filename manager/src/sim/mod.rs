@@ -8,5 +8,5 @@ pub mod instance;
 pub mod payload;
 pub mod workload;
 
-pub use engine::{EngineOptions, Report, RequestOutcome, SimEngine, SimError};
+pub use engine::{EngineOptions, Pages, Report, RequestOutcome, SimEngine, SimError};
 pub use instance::{SimContract, SimGroup, SimInstance};

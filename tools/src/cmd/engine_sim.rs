@@ -255,12 +255,12 @@ pub fn report_json(r: &Report) -> Value {
         "proven_tokens": r.proven_tokens,
         "requested_tokens": r.requested_tokens,
         "misses": r.misses_by_name(),
-        "loaded_pages": r.loaded_pages,
-        "loaded_bytes": r.loaded_bytes,
-        "published_pages": r.published_pages,
-        "published_bytes": r.published_bytes,
-        "failed_pages": r.failed_pages,
-        "wrong_bytes": r.wrong_bytes,
+        "loaded_pages": r.pages.loaded,
+        "loaded_bytes": r.pages.loaded_bytes,
+        "published_pages": r.pages.published,
+        "published_bytes": r.pages.published_bytes,
+        "failed_pages": r.pages.failed,
+        "wrong_bytes": r.pages.wrong_bytes,
         "unproven": r.unproven,
         "p50_us": r.percentile_us(50.0),
         "p99_us": r.percentile_us(99.0),
@@ -283,10 +283,10 @@ pub fn report_text(r: &Report) -> String {
     }
     t.push_str(&format!(
         "pages: {} loaded, {} published, {} failed\nwrong_bytes: {}\nunproven proofs: {}\nlatency: p50 {} us, p99 {} us\n",
-        r.loaded_pages,
-        r.published_pages,
-        r.failed_pages,
-        r.wrong_bytes,
+        r.pages.loaded,
+        r.pages.published,
+        r.pages.failed,
+        r.pages.wrong_bytes,
         r.unproven,
         r.percentile_us(50.0),
         r.percentile_us(99.0)
@@ -296,12 +296,12 @@ pub fn report_text(r: &Report) -> String {
 
 /// The failure a report means: wrong bytes or unproven proofs (exit 3), errors (exit 1).
 pub fn verdict(r: &Report, error: Option<String>) -> Result<(), Failure> {
-    if r.wrong_bytes > 0 || r.unproven > 0 {
+    if r.pages.wrong_bytes > 0 || r.unproven > 0 {
         return Err(Failure::with_code(
             EXIT_WRONG,
             format!(
                 "{} wrong bytes loaded, {} proofs not what the contract demands",
-                r.wrong_bytes, r.unproven
+                r.pages.wrong_bytes, r.unproven
             ),
         ));
     }

@@ -100,15 +100,15 @@ pub fn run(a: &LoadgenArgs, out: &Output) -> Result<(), Failure> {
         "clients: {clients}\n{}throughput: {:.1} requests/s, {:.1} MB/s loaded, {:.1} MB/s published ({seconds:.2} s)\n",
         report_text(&total),
         total.requests as f64 / seconds.max(1e-9),
-        total.loaded_bytes as f64 / seconds.max(1e-9) / 1e6,
-        total.published_bytes as f64 / seconds.max(1e-9) / 1e6,
+        total.pages.loaded_bytes as f64 / seconds.max(1e-9) / 1e6,
+        total.pages.published_bytes as f64 / seconds.max(1e-9) / 1e6,
     );
     out.emit(&text, || {
         json!({
             "requests": total.requests,
             "errors": total.errors,
             "hits": total.hits,
-            "wrong_bytes": total.wrong_bytes,
+            "wrong_bytes": total.pages.wrong_bytes,
             "p50_us": total.percentile_us(50.0),
             "p99_us": total.percentile_us(99.0),
         })
