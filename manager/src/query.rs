@@ -64,19 +64,20 @@ pub fn miss_code(r: &Recompute) -> u16 {
     }
 }
 
-/// The name of a validator rejection (a record treated as absent), for metrics.
-pub fn rejection_name(d: &Disagreement) -> &'static str {
+/// The index of a validator rejection (a record treated as absent) in
+/// [`crate::metrics::REJECTION_REASONS`].
+pub fn rejection_code(d: &Disagreement) -> usize {
     match d {
-        Disagreement::Namespace => "namespace",
-        Disagreement::Domain => "domain",
-        Disagreement::UnknownGroup => "unknown_group",
-        Disagreement::Component => "component",
-        Disagreement::Rank => "rank",
-        Disagreement::KeyFields => "key_fields",
-        Disagreement::Format => "format",
-        Disagreement::Misaligned => "misaligned",
-        Disagreement::Overlap { .. } => "overlap",
-        Disagreement::Duplicate { .. } => "duplicate",
+        Disagreement::Namespace => 0,
+        Disagreement::Domain => 1,
+        Disagreement::UnknownGroup => 2,
+        Disagreement::Component => 3,
+        Disagreement::Rank => 4,
+        Disagreement::KeyFields => 5,
+        Disagreement::Format => 6,
+        Disagreement::Misaligned => 7,
+        Disagreement::Overlap { .. } => 8,
+        Disagreement::Duplicate { .. } => 9,
     }
 }
 

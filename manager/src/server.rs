@@ -19,7 +19,7 @@ use orbitkv_state::{RankSpec, StorageLayout};
 use orbitkv_store::StateStore;
 use orbitkv_wal::NamespaceInfo;
 
-use crate::metrics::{Metrics, inc};
+use crate::metrics::{Metrics, Timed, inc};
 use crate::peer::{PeerPolicy, peer_cred};
 use crate::protocol::frame::ReadError;
 use crate::protocol::{DEFAULT_MAX_BODY, ErrorCode, Message, read_frame};
@@ -590,13 +590,13 @@ fn handle(
     spare: &mut crate::transfer::Spare,
 ) -> bool {
     let started = Instant::now();
-    // Which latency histogram the reply is timed into (crate::metrics::LATENCY_KINDS).
+    // Which latency histogram the reply is timed into.
     let timed = match &msg {
-        Message::Query(_) => Some(0),
-        Message::Acquire(_) => Some(1),
-        Message::Load(_) => Some(2),
-        Message::Publish(_) => Some(4),
-        Message::Release { .. } => Some(5),
+        Message::Query(_) => Some(Timed::Query),
+        Message::Acquire(_) => Some(Timed::Acquire),
+        Message::Load(_) => Some(Timed::Load),
+        Message::Publish(_) => Some(Timed::PublishDurable),
+        Message::Release { .. } => Some(Timed::Release),
         _ => None,
     };
     let reply = match msg {
@@ -691,17 +691,13 @@ fn handle(
                     .get(l.lease, &s.instance.name, Instant::now())?
                     .pins
                     .clone();
-                let statuses =
-                    crate::transfer::load(&shared.store, &bridge, l.epoch, &pins, &l.pages);
-                let moved = crate::transfer::request_bytes(
+                Ok(crate::transfer::load(
+                    &shared.store,
                     &bridge,
-                    l.pages
-                        .iter()
-                        .zip(&statuses)
-                        .filter(|(_, st)| **st == crate::protocol::PageStatus::Ok)
-                        .map(|(p, _)| (p.page, p.group, p.layer_start..p.layer_end)),
-                );
-                Ok((statuses, moved))
+                    l.epoch,
+                    &pins,
+                    &l.pages,
+                ))
             });
             match r {
                 Ok((pages, moved)) => {
@@ -736,7 +732,9 @@ fn handle(
                             pages: copied.statuses.clone(),
                         },
                     );
-                    shared.metrics.latency[3].observe(started.elapsed());
+                    shared
+                        .metrics
+                        .observe(Timed::PublishCopied, started.elapsed());
                     let (pages, durable) =
                         crate::transfer::store_copies(&shared.store, copied, spare);
                     shared.metrics.pages(&pages, false);
@@ -764,7 +762,7 @@ fn handle(
     };
     conn.send(request, &reply);
     if let Some(k) = timed {
-        shared.metrics.latency[k].observe(started.elapsed());
+        shared.metrics.observe(k, started.elapsed());
     }
     true
 }

@@ -95,20 +95,21 @@ pub fn request_bytes(
 }
 
 /// Copies each page's record (pinned under the lease) into the page: verified on the way out of
-/// the store, fenced on the way into the page.
+/// the store, fenced on the way into the page. Returns each page's status and the bytes copied.
 pub fn load(
     store: &StateStore,
     bridge: &Bridge,
     epoch: u64,
     pins: &[(Located, Pin)],
     pages: &[LoadPage],
-) -> Vec<PageStatus> {
+) -> (Vec<PageStatus>, u64) {
     let mut buf = Vec::new();
+    let mut moved = 0u64;
     let by_block: HashMap<(u32, RankSpec, u32), Pin> = pins
         .iter()
         .map(|(l, pin)| ((l.group, l.rank, l.block), *pin))
         .collect();
-    pages
+    let statuses = pages
         .iter()
         .map(|p| {
             let rank = RankSpec::from_code(p.rank);
@@ -140,7 +141,9 @@ pub fn load(
                         p.layer_start..p.layer_end,
                         &bytes[from..to],
                     )
-                    .map_err(|e| status_of(&e))
+                    .map_err(|e| status_of(&e))?;
+                moved += (to - from) as u64;
+                Ok(())
             });
             match copied {
                 Ok(Some(Ok(()))) => PageStatus::Ok,
@@ -149,7 +152,8 @@ pub fn load(
                 Err(_) => PageStatus::BadRecord,
             }
         })
-        .collect()
+        .collect();
+    (statuses, moved)
 }
 
 /// A Publish's records are stored in bundles of at most this many payload bytes: one append

@@ -97,10 +97,11 @@ enum Command {
     Loadgen(cmd::loadgen::LoadgenArgs),
 }
 
-/// Sends `tracing` logs to stderr at `level` (`None`: ORBITKV_LOG, else warn).
-pub fn init_logging(level: Option<&str>) -> Result<(), Failure> {
-    let env = std::env::var("ORBITKV_LOG").ok();
-    let level = match level.or(env.as_deref()) {
+/// Sends `tracing` logs to stderr at `explicit` (a flag), else ORBITKV_LOG, else `fallback`
+/// (a configuration file's), else warn.
+pub fn init_logging(explicit: Option<&str>, fallback: Option<&str>) -> Result<(), Failure> {
+    let env = std::env::var("ORBITKV_LOG").ok().filter(|l| !l.is_empty());
+    let level = match explicit.or(env.as_deref()).or(fallback) {
         None | Some("") | Some("warn") => tracing::Level::WARN,
         Some("error") => tracing::Level::ERROR,
         Some("info") => tracing::Level::INFO,
@@ -123,7 +124,7 @@ pub fn init_logging(level: Option<&str>) -> Result<(), Failure> {
 fn run(cli: Cli) -> Result<(), Failure> {
     // The daemon picks its level from its flags and configuration file.
     if !matches!(cli.command, Command::Serve(_)) {
-        init_logging(None)?;
+        init_logging(None, None)?;
     }
     let out = output::Output::new(cli.json);
     match cli.command {

@@ -123,13 +123,7 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
         Some(p) => ServeConfig::load(p)?,
         None => ServeConfig::default(),
     };
-    let env_level = std::env::var("ORBITKV_LOG").ok().filter(|l| !l.is_empty());
-    crate::init_logging(
-        a.log_level
-            .as_deref()
-            .or(env_level.as_deref())
-            .or(file.log_level.as_deref()),
-    )?;
+    crate::init_logging(a.log_level.as_deref(), file.log_level.as_deref())?;
     let data_dir = a
         .data_dir
         .clone()
