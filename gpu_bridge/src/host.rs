@@ -142,7 +142,8 @@ impl Region {
             .ok_or_else(|| Error::Region("state word outside the region".into()))
     }
 
-    /// Copies `bytes` into the region at `at`.
+    /// Copies `bytes` into the region at `at`, streaming past the cache when they are many (a
+    /// page loaded is read by the engine's device or a later step, not by this thread).
     #[expect(unsafe_code, reason = "a raw copy into shared memory")]
     fn write(&self, at: u64, bytes: &[u8]) -> Result<()> {
         let at = self.check(at, bytes.len())?;
@@ -151,7 +152,7 @@ impl Region {
         // concurrently: the copy is raw (no reference to the region exists), and the fencing
         // protocol decides whether what was copied is used.
         unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.as_ptr().add(at), bytes.len());
+            crate::nontemporal::copy(bytes.as_ptr(), self.ptr.as_ptr().add(at), bytes.len());
         }
         Ok(())
     }
@@ -179,13 +180,10 @@ impl Region {
         let old = out.len();
         // SAFETY: `at..at + len` lies in the mapping (checked) and `reserve` made room for `len`
         // more bytes after `old`; the ranges do not overlap (the Vec is a separate allocation).
-        // The `len` bytes are initialized by the copy before `set_len` exposes them.
+        // The `len` bytes are initialized by the copy before `set_len` exposes them. The copy
+        // streams past the cache: the store reads `out` later, not now.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.ptr.as_ptr().add(at),
-                out.as_mut_ptr().add(old),
-                len,
-            );
+            crate::nontemporal::copy(self.ptr.as_ptr().add(at), out.as_mut_ptr().add(old), len);
             out.set_len(old + len);
         }
         Ok(())

@@ -25,6 +25,7 @@ pub mod error;
 pub mod fdpass;
 pub mod fence;
 pub mod host;
+pub mod nontemporal;
 pub mod pool;
 pub mod staging;
 
