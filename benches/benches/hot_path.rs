@@ -257,6 +257,7 @@ fn main() {
             &Message::RegisterPool {
                 token: s.worker_token,
                 spec: sim.pool_spec(1, 2 * PAGES),
+                memory: orbitkv_gpu_bridge::PageMemory::Host,
             },
             pool.fd(),
         )

@@ -11,12 +11,13 @@
 
 use std::ops::Range;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::sys::{self, CUcontext, CUdeviceptr, CUevent, CUresult, CUstream};
 
 use crate::backend::{PageLease, PagePool};
 use crate::error::{Error, Result};
+use crate::host::SharedStates;
 use crate::pool::{PageRef, PageState, PoolSpec, check_generation, generation_of};
 use crate::staging::{Batch, Item, plan};
 
@@ -279,7 +280,11 @@ fn check_range(r: &Range<usize>, len: usize) -> Result<()> {
 /// Device memory holding a pool's pages: an engine tensor opened from its IPC handle, or an
 /// allocation of this process (the device check plays the engine with one).
 pub struct DeviceRegion {
+    /// The allocation (released on drop).
     base: CUdeviceptr,
+    /// Where the pool's bytes start in it.
+    offset: u64,
+    /// The pool's bytes.
     len: u64,
     ipc: bool,
 }
@@ -287,10 +292,12 @@ pub struct DeviceRegion {
 driver_handle!(DeviceRegion, sync);
 
 impl DeviceRegion {
-    /// Opens the memory another process exported with `cuIpcGetMemHandle`; it must hold at
-    /// least `len` bytes (the registration's pages × page bytes).
-    #[expect(unsafe_code, reason = "CUDA driver call")]
-    pub fn open_ipc(handle: [u8; 64], len: u64) -> Result<Self> {
+    /// Opens the memory another process exported with `cuIpcGetMemHandle`: the region is the
+    /// `len` bytes (the registration's pages × page bytes) from byte `offset` of the
+    /// allocation, which must hold them all (the driver says how large it is; an engine's
+    /// claim is not trusted).
+    #[expect(unsafe_code, reason = "CUDA driver calls")]
+    pub fn open_ipc(handle: [u8; 64], offset: u64, len: u64) -> Result<Self> {
         let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
         for (d, s) in h.reserved.iter_mut().zip(handle) {
             *d = s as std::ffi::c_char;
@@ -307,11 +314,29 @@ impl DeviceRegion {
                 ),
             )?;
         }
-        Ok(Self {
+        // From here on dropping `region` closes the handle, whatever is refused.
+        let mut region = Self {
             base,
-            len,
+            offset: 0,
+            len: 0,
             ipc: true,
-        })
+        };
+        let (mut start, mut size): (CUdeviceptr, usize) = (0, 0);
+        // SAFETY: valid out-pointers and an address inside the allocation just opened.
+        unsafe {
+            call(
+                "cuMemGetAddressRange",
+                sys::cuMemGetAddressRange_v2(&mut start, &mut size, base),
+            )?;
+        }
+        let end = base.saturating_sub(start).saturating_add(size as u64);
+        if offset.checked_add(len).is_none_or(|e| e > end) {
+            return Err(Error::Geometry(format!(
+                "the exported allocation holds {end} bytes; the pool needs {len} from byte {offset}"
+            )));
+        }
+        (region.offset, region.len) = (offset, len);
+        Ok(region)
     }
 
     /// `len` bytes of device memory of this process.
@@ -325,15 +350,35 @@ impl DeviceRegion {
         }
         Ok(Self {
             base,
+            offset: 0,
             len,
             ipc: false,
         })
     }
 
+    /// The IPC handle another process opens this allocation with (`cuIpcGetMemHandle`): what
+    /// an engine sends in a device pool's registration.
+    #[expect(unsafe_code, reason = "CUDA driver call")]
+    pub fn export_ipc(&self) -> Result<[u8; 64]> {
+        let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
+        // SAFETY: a valid out-pointer and the base of an allocation this value holds.
+        unsafe {
+            call(
+                "cuIpcGetMemHandle",
+                sys::cuIpcGetMemHandle(&mut h, self.base),
+            )?
+        };
+        let mut out = [0u8; 64];
+        for (d, s) in out.iter_mut().zip(h.reserved) {
+            *d = s as u8;
+        }
+        Ok(out)
+    }
+
     /// The device address of byte `offset`, if `offset + len` lies in the region.
     pub fn at(&self, offset: u64, len: usize) -> Result<CUdeviceptr> {
         match offset.checked_add(len as u64) {
-            Some(end) if end <= self.len => Ok(self.base + offset),
+            Some(end) if end <= self.len => Ok(self.base + self.offset + offset),
             _ => Err(Error::Region(format!(
                 "{len} bytes at {offset} lie outside the {}-byte device region",
                 self.len
@@ -481,19 +526,20 @@ pub struct CudaPool {
     epoch: u64,
     cuda: Cuda,
     region: DeviceRegion,
-    states: Box<[AtomicU64]>,
+    states: SharedStates,
     copier: Mutex<DeviceCopier>,
     detached: AtomicBool,
 }
 
 impl CudaPool {
-    /// A pool of `spec`'s pages in `region`, every page at generation 1, copying through
-    /// `staging` bytes of pinned memory.
+    /// A pool of `spec`'s pages in `region`, fenced by the state words the engine shares in
+    /// `states`, copying through `staging` bytes of pinned memory.
     pub fn new(
         cuda: Cuda,
         spec: PoolSpec,
         epoch: u64,
         region: DeviceRegion,
+        states: SharedStates,
         staging: usize,
     ) -> Result<Self> {
         spec.validate()?;
@@ -504,7 +550,7 @@ impl CudaPool {
         cuda.bind()?;
         let copier = DeviceCopier::new(staging)?;
         Ok(Self {
-            states: (0..spec.pages).map(|_| AtomicU64::new(1 << 16)).collect(),
+            states,
             spec,
             epoch,
             cuda,
@@ -515,31 +561,7 @@ impl CudaPool {
     }
 
     fn state(&self, index: u32) -> Result<PageState<'_>> {
-        self.spec.check_index(index)?;
-        self.states
-            .get(index as usize)
-            .map(PageState)
-            .ok_or_else(|| Error::Geometry(format!("no state word for page {index}")))
-    }
-
-    /// The engine's side: page `index` is reallocated (refused while leased); its new
-    /// reference.
-    pub fn reuse(&self, index: u32) -> Result<PageRef> {
-        let generation = self.state(index)?.reuse(self.spec.pool, index)?;
-        Ok(PageRef {
-            pool: self.spec.pool,
-            index,
-            generation,
-        })
-    }
-
-    /// Page `index`'s current reference.
-    pub fn page_ref(&self, index: u32) -> Result<PageRef> {
-        Ok(PageRef {
-            pool: self.spec.pool,
-            index,
-            generation: generation_of(self.state(index)?.load()),
-        })
+        self.states.state(index)
     }
 
     /// The device region.

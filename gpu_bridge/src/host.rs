@@ -32,24 +32,32 @@ pub const DATA_ALIGN: u64 = 4096;
 /// Where things lie in a pool's region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Layout {
-    /// Offset of page 0.
+    /// Offset of page 0 (for a states-only region, its end).
     data_offset: u64,
     /// Length of the whole region.
     len: u64,
+    /// Whether the pages follow the state words (a host pool) or live elsewhere, in device
+    /// memory (the region holds a device pool's state words only).
+    holds_pages: bool,
 }
 
 impl Layout {
-    fn of(spec: &PoolSpec) -> Result<Self> {
+    fn of(spec: &PoolSpec, holds_pages: bool) -> Result<Self> {
         let words = HEADER_LEN as u64 + 8 * u64::from(spec.pages);
         let data_offset = words.next_multiple_of(DATA_ALIGN);
-        let len = u64::from(spec.pages)
+        let pages = if holds_pages { spec.pages } else { 0 };
+        let len = u64::from(pages)
             .checked_mul(spec.page_bytes)
             .and_then(|x| x.checked_add(data_offset))
             .filter(|l| usize::try_from(*l).is_ok() && *l <= isize::MAX as u64)
             .ok_or_else(|| {
                 Error::Geometry("the pool is larger than this machine addresses".into())
             })?;
-        Ok(Self { data_offset, len })
+        Ok(Self {
+            data_offset,
+            len,
+            holds_pages,
+        })
     }
 
     fn header(&self, spec: &PoolSpec) -> [u8; HEADER_LEN] {
@@ -59,6 +67,7 @@ impl Layout {
         h[12..16].copy_from_slice(&spec.pool.0.to_le_bytes());
         h[16..24].copy_from_slice(&spec.page_bytes.to_le_bytes());
         h[24..28].copy_from_slice(&spec.pages.to_le_bytes());
+        h[28..32].copy_from_slice(&u32::from(!self.holds_pages).to_le_bytes());
         h[32..40].copy_from_slice(&self.data_offset.to_le_bytes());
         h
     }
@@ -74,6 +83,13 @@ impl Layout {
                 "region layout version {}, this build reads {REGION_VERSION}",
                 u32::from_le_bytes([h[8], h[9], h[10], h[11]])
             )));
+        }
+        if h[28..32] != want[28..32] {
+            return Err(Error::Region(if self.holds_pages {
+                "the region holds only page state words (a device pool's), not the pages of a host pool".into()
+            } else {
+                "the region holds a host pool's pages, not a device pool's state words".into()
+            }));
         }
         if h[12..40] != want[12..40] {
             return Err(Error::Region(
@@ -224,10 +240,22 @@ pub struct HostPool {
 impl HostPool {
     /// Creates a pool for `spec` in a new memfd, sealed against shrinking and growing (so a
     /// mapping of it can never fault past its end), every page at generation 0.
-    #[expect(unsafe_code, reason = "memfd_create and fcntl have no safe wrapper")]
     pub fn create(spec: PoolSpec) -> Result<Self> {
+        Self::create_region(spec, true)
+    }
+
+    /// Creates the shared state words of a pool whose pages are device memory (registered with
+    /// [`crate::PageMemory::Device`]): the same region without the pages, so the engine and
+    /// the manager fence device pages exactly as host ones. [`HostPool::write`] and
+    /// [`HostPool::read`] refuse: there are no page bytes here.
+    pub fn create_states(spec: PoolSpec) -> Result<Self> {
+        Self::create_region(spec, false)
+    }
+
+    #[expect(unsafe_code, reason = "memfd_create and fcntl have no safe wrapper")]
+    fn create_region(spec: PoolSpec, holds_pages: bool) -> Result<Self> {
         spec.validate()?;
-        let layout = Layout::of(&spec)?;
+        let layout = Layout::of(&spec, holds_pages)?;
         // SAFETY: memfd_create reads the NUL-terminated name and returns a new descriptor.
         let raw = unsafe {
             libc::memfd_create(
@@ -327,6 +355,12 @@ impl HostPool {
 
     fn page_span(&self, index: u32, offset: u64, len: usize) -> Result<u64> {
         self.spec.check_index(index)?;
+        if !self.layout.holds_pages {
+            return Err(Error::Region(format!(
+                "pool {} keeps its pages in device memory; this region holds only their state words",
+                self.spec.pool
+            )));
+        }
         if offset
             .checked_add(len as u64)
             .is_none_or(|e| e > self.spec.page_bytes)
@@ -337,6 +371,74 @@ impl HostPool {
             });
         }
         Ok(self.layout.data_offset + u64::from(index) * self.spec.page_bytes + offset)
+    }
+}
+
+/// Maps a region an engine passed for `spec` after checking it: sealed against shrinking,
+/// exactly the size the registration implies (with or without the pages), its header agreeing.
+#[expect(unsafe_code, reason = "fcntl has no safe wrapper")]
+fn map_registered(fd: OwnedFd, spec: &PoolSpec, holds_pages: bool) -> Result<(Layout, Region)> {
+    spec.validate()?;
+    let layout = Layout::of(spec, holds_pages)?;
+    // SAFETY: fcntl on a descriptor we own, with integer arguments only.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+        return Err(Error::Region(
+            "the region is not sealed against shrinking (a memfd with F_SEAL_SHRINK is required)"
+                .into(),
+        ));
+    }
+    let file = File::from(fd);
+    let size = file
+        .metadata()
+        .map_err(|source| Error::Io {
+            what: "reading the pool region's size",
+            source,
+        })?
+        .len();
+    if size != layout.len {
+        return Err(Error::Region(format!(
+            "the region holds {size} bytes; the registration implies {}",
+            layout.len
+        )));
+    }
+    let region = Region::map(file.as_fd(), layout.len)?;
+    let mut h = [0u8; HEADER_LEN];
+    region.read(0, &mut h)?;
+    layout.check_header(spec, &h)?;
+    Ok((layout, region))
+}
+
+/// The manager's side of a device pool's page state words: the states-only region the engine
+/// created ([`HostPool::create_states`]) and passed, mapped and checked like a host pool's. The
+/// pages themselves are device memory, copied by the device backend.
+pub struct SharedStates {
+    spec: PoolSpec,
+    region: Region,
+}
+
+impl SharedStates {
+    /// Maps the states-only region `fd` refers to, registered as `spec`.
+    pub fn attach(fd: OwnedFd, spec: &PoolSpec) -> Result<Self> {
+        let (_, region) = map_registered(fd, spec, false)?;
+        Ok(Self {
+            spec: spec.clone(),
+            region,
+        })
+    }
+
+    /// Page `index`'s state word.
+    pub fn state(&self, index: u32) -> Result<PageState<'_>> {
+        self.region.state(&self.spec, index)
+    }
+}
+
+impl std::fmt::Debug for SharedStates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedStates")
+            .field("pool", &self.spec.pool)
+            .field("pages", &self.spec.pages)
+            .finish()
     }
 }
 
@@ -354,36 +456,8 @@ impl AttachedPool {
     /// Maps the pool region `fd` refers to, registered as `spec` under session `epoch`: the
     /// registration must be valid, the region sealed against shrinking and exactly the size
     /// the registration implies, and its header must agree with the registration.
-    #[expect(unsafe_code, reason = "fcntl has no safe wrapper")]
     pub fn attach(fd: OwnedFd, spec: PoolSpec, epoch: u64) -> Result<Arc<Self>> {
-        spec.validate()?;
-        let layout = Layout::of(&spec)?;
-        // SAFETY: fcntl on a descriptor we own, with integer arguments only.
-        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
-            return Err(Error::Region(
-                "the region is not sealed against shrinking (a memfd with F_SEAL_SHRINK is required)"
-                    .into(),
-            ));
-        }
-        let file = File::from(fd);
-        let size = file
-            .metadata()
-            .map_err(|source| Error::Io {
-                what: "reading the pool region's size",
-                source,
-            })?
-            .len();
-        if size != layout.len {
-            return Err(Error::Region(format!(
-                "the region holds {size} bytes; the registration implies {}",
-                layout.len
-            )));
-        }
-        let region = Region::map(file.as_fd(), layout.len)?;
-        let mut h = [0u8; HEADER_LEN];
-        region.read(0, &mut h)?;
-        layout.check_header(&spec, &h)?;
+        let (layout, region) = map_registered(fd, &spec, true)?;
         Ok(Arc::new(Self {
             spec,
             epoch,
@@ -550,6 +624,70 @@ mod tests {
     }
 
     #[test]
+    fn a_device_pools_state_words_are_shared_and_fence_alike() -> Result<()> {
+        let engine = HostPool::create_states(spec(1 << 20, 64))?;
+        let dup = || {
+            engine
+                .fd()
+                .try_clone_to_owned()
+                .map_err(|source| Error::Io {
+                    what: "dup",
+                    source,
+                })
+        };
+        let manager = SharedStates::attach(dup()?, &spec(1 << 20, 64))?;
+        // The region holds the words only: 64 MiB of pages are not in it.
+        let size = File::from(dup()?)
+            .metadata()
+            .map_err(|source| Error::Io {
+                what: "stat",
+                source,
+            })?
+            .len();
+        assert_eq!(size, DATA_ALIGN);
+        // The engine reuses page 3; the manager sees the new generation and leases it there.
+        let p = engine.reuse(3)?;
+        assert_eq!(generation_of(manager.state(3)?.load()), p.generation);
+        manager.state(3)?.lease(p)?;
+        assert!(matches!(engine.reuse(3), Err(Error::PageLeased { .. })));
+        assert_eq!(engine.leases(3)?, 1);
+        manager.state(3)?.release();
+        let q = engine.reuse(3)?;
+        assert!(matches!(
+            manager.state(3)?.lease(p),
+            Err(Error::StaleGeneration { .. })
+        ));
+        manager.state(3)?.lease(q)?;
+        assert!(matches!(
+            manager.state(64),
+            Err(Error::IndexOutOfRange { .. })
+        ));
+        // No page bytes to write or read here.
+        assert!(
+            matches!(engine.write(0, 0, &[1; 8]), Err(Error::Region(m)) if m.contains("device memory"))
+        );
+        assert!(matches!(
+            engine.read(0, 0, &mut [0; 8]),
+            Err(Error::Region(_))
+        ));
+        // A states-only region is not a host pool, and a host pool's region is not one.
+        assert!(matches!(
+            AttachedPool::attach(dup()?, spec(1 << 20, 64), 1),
+            Err(Error::Region(_))
+        ));
+        let host = HostPool::create(spec(4096, 8))?;
+        let host_fd = host.fd().try_clone_to_owned().map_err(|source| Error::Io {
+            what: "dup",
+            source,
+        })?;
+        assert!(matches!(
+            SharedStates::attach(host_fd, &spec(4096, 8)),
+            Err(Error::Region(_))
+        ));
+        Ok(())
+    }
+
+    #[test]
     fn a_region_must_match_its_registration() -> Result<()> {
         let pool = HostPool::create(spec(4096, 8))?;
         assert!(attach(&pool, spec(4096, 8)).is_ok());
@@ -579,7 +717,7 @@ mod tests {
             what: "tmp",
             source,
         })?;
-        let layout = Layout::of(&spec(4096, 8))?;
+        let layout = Layout::of(&spec(4096, 8), true)?;
         f.set_len(layout.len).map_err(|source| Error::Io {
             what: "len",
             source,

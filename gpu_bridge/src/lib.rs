@@ -32,5 +32,5 @@ pub mod staging;
 pub use backend::{PageLease, PagePool};
 pub use error::{Error, Result};
 pub use fence::Bridge;
-pub use host::{AttachedPool, HostPool};
-pub use pool::{GroupGeometry, PageRef, PoolId, PoolSpec};
+pub use host::{AttachedPool, HostPool, SharedStates};
+pub use pool::{GroupGeometry, PageMemory, PageRef, PoolId, PoolSpec};

@@ -66,6 +66,25 @@ impl GroupGeometry {
     }
 }
 
+/// Where a pool's pages are, as its registration says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageMemory {
+    /// In the shared-memory region the engine passes (the host backend).
+    Host,
+    /// In device memory the engine exported: the CUDA IPC handle of the allocation
+    /// (`cuIpcGetMemHandle`), the device it is on, and the byte offset of page 0 in it (a KV
+    /// tensor may be a view into a larger allocation). The region the engine passes beside it
+    /// holds the pages' state words only ([`crate::HostPool::create_states`]).
+    Device {
+        /// The CUDA device ordinal.
+        device: i32,
+        /// The allocation's IPC handle.
+        ipc_handle: [u8; 64],
+        /// Byte offset of page 0 in the allocation.
+        offset: u64,
+    },
+}
+
 /// A pool's registration: what the engine says its pool is. Checked before use
 /// ([`PoolSpec::validate`]); every copy is bounded by it, never by bytes in shared memory.
 #[derive(Debug, Clone, PartialEq, Eq)]

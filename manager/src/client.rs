@@ -10,7 +10,7 @@ use std::path::Path;
 
 use orbitkv_gpu_bridge::fdpass::send_with_fd;
 
-use orbitkv_gpu_bridge::PoolSpec;
+use orbitkv_gpu_bridge::{PageMemory, PoolSpec};
 
 use crate::protocol::frame::ReadError;
 use crate::protocol::message::{LoadRequest, Proof, PublishRequest, QueryRequest, Register, Token};
@@ -193,14 +193,23 @@ impl Client {
         }
     }
 
-    /// Registers a worker's page pool, its region's descriptor passed beside the frame.
+    /// Registers a worker's page pool, its region's descriptor passed beside the frame: a host
+    /// pool's pages, or (with [`PageMemory::Device`]) a device pool's state words.
     pub fn register_pool(
         &mut self,
         token: Token,
         spec: PoolSpec,
+        memory: PageMemory,
         region: BorrowedFd<'_>,
     ) -> Result<(), ClientError> {
-        let id = self.send_with_fd(&Message::RegisterPool { token, spec }, region)?;
+        let id = self.send_with_fd(
+            &Message::RegisterPool {
+                token,
+                spec,
+                memory,
+            },
+            region,
+        )?;
         match self.reply(id)? {
             Message::PoolRegistered { .. } => Ok(()),
             other => Err(ClientError::Unexpected(other.kind())),

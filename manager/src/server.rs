@@ -661,7 +661,11 @@ fn handle(
                 Err(r) => r.message(),
             }
         }
-        Message::RegisterPool { token, spec } => {
+        Message::RegisterPool {
+            token,
+            spec,
+            memory,
+        } => {
             let pool = spec.pool;
             let r = shared.session(&token, None).and_then(|s| {
                 if s.role != crate::protocol::Role::Worker {
@@ -671,7 +675,7 @@ fn handle(
                     });
                 }
                 let bridge = shared.bridge(id);
-                crate::transfer::register_pool(&bridge, &s, spec, fds.pop())
+                crate::transfer::register_pool(&bridge, &s, spec, memory, fds.pop())
             });
             match r {
                 Ok(()) => Message::PoolRegistered { pool },

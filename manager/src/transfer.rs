@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use orbitkv_gpu_bridge::{AttachedPool, Bridge, Error as BridgeError, PoolSpec};
+use orbitkv_gpu_bridge::{
+    AttachedPool, Bridge, Error as BridgeError, PageMemory, PagePool, PoolSpec,
+};
 use orbitkv_segments::RecordMeta;
 use orbitkv_state::{CacheGroupId, RankSpec, Ranks, StateKey, TokenRange};
 use orbitkv_store::{Pin, StateStore};
@@ -38,11 +40,12 @@ pub fn status_of(e: &BridgeError) -> PageStatus {
 }
 
 /// Registers a worker's pool: the geometry must hold each layout group's page, and the region
-/// must match the registration.
+/// must match the registration (a host pool's pages, or a device pool's state words).
 pub fn register_pool(
     bridge: &Bridge,
     session: &Session,
     spec: PoolSpec,
+    memory: PageMemory,
     fd: Option<OwnedFd>,
 ) -> Result<(), Refusal> {
     let refuse = |code, d: String| Refusal { code, detail: d };
@@ -67,11 +70,74 @@ pub fn register_pool(
             ));
         }
     }
-    let pool = AttachedPool::attach(fd, spec, session.instance.epoch)
-        .map_err(|e| refuse(ErrorCode::Malformed, e.to_string()))?;
+    let epoch = session.instance.epoch;
+    let pool: Arc<dyn PagePool> = match memory {
+        PageMemory::Host => AttachedPool::attach(fd, spec, epoch)
+            .map_err(|e| refuse(ErrorCode::Malformed, e.to_string()))?,
+        PageMemory::Device {
+            device,
+            ipc_handle,
+            offset,
+        } => {
+            let states = orbitkv_gpu_bridge::SharedStates::attach(fd, &spec)
+                .map_err(|e| refuse(ErrorCode::Malformed, e.to_string()))?;
+            device_pool(spec, epoch, states, device, ipc_handle, offset)?
+        }
+    };
     bridge
         .register(pool)
         .map_err(|e| refuse(ErrorCode::Malformed, e.to_string()))
+}
+
+/// Pinned staging memory of each device pool (two halves: one filled while the other drains).
+#[cfg(feature = "cuda")]
+pub const DEVICE_STAGING_BYTES: usize = 64 << 20;
+
+/// A device pool: the driver and device opened, the engine's allocation opened from its IPC
+/// handle (and checked to hold the pool), copies staged through pinned memory.
+#[cfg(feature = "cuda")]
+fn device_pool(
+    spec: PoolSpec,
+    epoch: u64,
+    states: orbitkv_gpu_bridge::SharedStates,
+    device: i32,
+    ipc_handle: [u8; 64],
+    offset: u64,
+) -> Result<Arc<dyn PagePool>, Refusal> {
+    use orbitkv_gpu_bridge::cuda::{Cuda, CudaPool, DeviceRegion};
+    let pool = spec.pool;
+    let refuse = |e: BridgeError| Refusal {
+        code: match e {
+            BridgeError::Device { .. } => ErrorCode::Unsupported,
+            _ => ErrorCode::Malformed,
+        },
+        detail: format!("device pool {pool} on CUDA device {device}: {e}"),
+    };
+    let cuda = Cuda::open(device).map_err(refuse)?;
+    let len = spec.page_bytes.saturating_mul(u64::from(spec.pages));
+    let region = DeviceRegion::open_ipc(ipc_handle, offset, len).map_err(refuse)?;
+    let pool =
+        CudaPool::new(cuda, spec, epoch, region, states, DEVICE_STAGING_BYTES).map_err(refuse)?;
+    Ok(Arc::new(pool))
+}
+
+/// Without the CUDA backend every device pool is refused, saying why.
+#[cfg(not(feature = "cuda"))]
+fn device_pool(
+    spec: PoolSpec,
+    _epoch: u64,
+    _states: orbitkv_gpu_bridge::SharedStates,
+    device: i32,
+    _ipc_handle: [u8; 64],
+    _offset: u64,
+) -> Result<Arc<dyn PagePool>, Refusal> {
+    Err(Refusal {
+        code: ErrorCode::Unsupported,
+        detail: format!(
+            "device pool {} on CUDA device {device}: this daemon was built without the CUDA backend (the `cuda` feature); register a host pool, or run a daemon built with it",
+            spec.pool
+        ),
+    })
 }
 
 /// Page bytes a request moves: each page's group bytes within its layer range (`0..u32::MAX`:

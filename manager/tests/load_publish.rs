@@ -36,6 +36,7 @@ fn register_pool(s: &mut Sealed, sim: &SimInstance) -> HostPool {
             &Message::RegisterPool {
                 token: *token,
                 spec: sim.pool_spec(1, 16),
+                memory: orbitkv_gpu_bridge::PageMemory::Host,
             },
             pool.fd().as_fd(),
         )

@@ -2,7 +2,7 @@
 //! frame, every unknown type and version, and arbitrary bytes are refused with a typed error,
 //! never a panic.
 
-use orbitkv_gpu_bridge::{GroupGeometry, PageRef, PoolId, PoolSpec};
+use orbitkv_gpu_bridge::{GroupGeometry, PageMemory, PageRef, PoolId, PoolSpec};
 use orbitkv_manager::protocol::message::{
     GroupHashes, LoadPage, LoadRequest, Proof, ProofLoad, PublishPage, PublishRequest,
     QueryRequest, Register,
@@ -90,6 +90,27 @@ fn every_message() -> Vec<Message> {
                     layer_stride: 32 << 10,
                     layer_bytes: 32 << 10,
                 }],
+            },
+            memory: PageMemory::Host,
+        },
+        Message::RegisterPool {
+            token: [9; 32],
+            spec: PoolSpec {
+                pool: PoolId(4),
+                page_bytes: 2 << 20,
+                pages: 16,
+                groups: vec![GroupGeometry {
+                    group: 1,
+                    layers: 2,
+                    offset: 0,
+                    layer_stride: 1 << 20,
+                    layer_bytes: 1 << 20,
+                }],
+            },
+            memory: PageMemory::Device {
+                device: -1,
+                ipc_handle: std::array::from_fn(|i| i as u8 ^ 0xA5),
+                offset: 3 << 30,
             },
         },
         Message::Query(query()),

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Daemon, seal};
-use orbitkv_gpu_bridge::{HostPool, PageRef, PoolId};
+use orbitkv_gpu_bridge::{HostPool, PageMemory, PageRef, PoolId};
 use orbitkv_manager::protocol::PageStatus;
 use orbitkv_manager::protocol::message::{PublishPage, PublishRequest};
 use orbitkv_manager::sim::SimInstance;
@@ -39,7 +39,7 @@ fn no_page_reused_mid_copy_is_stored() {
     let (worker, token) = &mut s.workers[0];
     let token = *token;
     worker
-        .register_pool(token, sim.pool_spec(1, 1), pool.fd())
+        .register_pool(token, sim.pool_spec(1, 1), PageMemory::Host, pool.fd())
         .unwrap_or_else(|e| panic!("{e}"));
     let fill = move |g: u64| vec![(g % 251) as u8 + 1; page_bytes];
     let ready = Arc::new(AtomicU64::new(

@@ -241,10 +241,13 @@ pub enum ErrorCode {
     Refused,
     /// Something failed inside the daemon.
     Internal,
+    /// This daemon cannot do it here: a device pool on a daemon built without the CUDA
+    /// backend, or on a machine without the driver or the device. The detail says which.
+    Unsupported,
 }
 
 impl ErrorCode {
-    const ALL: [ErrorCode; 10] = [
+    const ALL: [ErrorCode; 11] = [
         ErrorCode::Malformed,
         ErrorCode::BadToken,
         ErrorCode::StaleEpoch,
@@ -255,6 +258,7 @@ impl ErrorCode {
         ErrorCode::NotPermitted,
         ErrorCode::Refused,
         ErrorCode::Internal,
+        ErrorCode::Unsupported,
     ];
 
     /// The wire code (from 1).
@@ -286,12 +290,15 @@ pub enum Message {
     },
     /// A rank registers; answered by [`Message::Sealed`] once the instance seals, or an error.
     Register(Register),
-    /// A worker registers a page pool; the pool's descriptor travels with the frame.
+    /// A worker registers a page pool; the pool's descriptor travels with the frame (a host
+    /// pool's region, or a device pool's state words).
     RegisterPool {
         /// The session token.
         token: Token,
         /// The pool's registration.
         spec: orbitkv_gpu_bridge::PoolSpec,
+        /// Where its pages are.
+        memory: orbitkv_gpu_bridge::PageMemory,
     },
     /// The longest proven restorable boundary, without side effects.
     Query(QueryRequest),
@@ -569,6 +576,39 @@ fn pool_spec(w: &mut Writer, s: &orbitkv_gpu_bridge::PoolSpec) {
     }
 }
 
+fn page_memory(w: &mut Writer, m: &orbitkv_gpu_bridge::PageMemory) {
+    match m {
+        orbitkv_gpu_bridge::PageMemory::Host => {
+            w.u8(0);
+        }
+        orbitkv_gpu_bridge::PageMemory::Device {
+            device,
+            ipc_handle,
+            offset,
+        } => {
+            w.u8(1)
+                .u32(u32::from_le_bytes(device.to_le_bytes()))
+                .raw(ipc_handle)
+                .u64(*offset);
+        }
+    }
+}
+
+fn read_page_memory(r: &mut Reader<'_>) -> Result<orbitkv_gpu_bridge::PageMemory> {
+    match r.u8("page memory")? {
+        0 => Ok(orbitkv_gpu_bridge::PageMemory::Host),
+        1 => Ok(orbitkv_gpu_bridge::PageMemory::Device {
+            device: i32::from_le_bytes(r.u32("device")?.to_le_bytes()),
+            ipc_handle: r.array("IPC handle")?,
+            offset: r.u64("offset in the allocation")?,
+        }),
+        other => Err(ProtocolError::BadField {
+            what: "page memory",
+            why: format!("unknown kind {other}"),
+        }),
+    }
+}
+
 fn read_pool_spec(r: &mut Reader<'_>) -> Result<orbitkv_gpu_bridge::PoolSpec> {
     let pool = PoolId(r.u32("pool")?);
     let page_bytes = r.u64("page size")?;
@@ -662,9 +702,14 @@ impl Message {
                 }
                 w.u32(g.seal_timeout_ms);
             }
-            Message::RegisterPool { token, spec } => {
+            Message::RegisterPool {
+                token,
+                spec,
+                memory,
+            } => {
                 w.raw(token);
                 pool_spec(&mut w, spec);
+                page_memory(&mut w, memory);
             }
             Message::Query(q) | Message::Acquire(q) => query(&mut w, q),
             Message::Load(l) => {
@@ -832,6 +877,7 @@ impl Message {
             kind::REGISTER_POOL => Message::RegisterPool {
                 token: r.array("token")?,
                 spec: read_pool_spec(r)?,
+                memory: read_page_memory(r)?,
             },
             kind::QUERY => Message::Query(read_query(r)?),
             kind::ACQUIRE => Message::Acquire(read_query(r)?),

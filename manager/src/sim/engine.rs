@@ -11,7 +11,7 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use orbitkv_gpu_bridge::{HostPool, PageRef};
+use orbitkv_gpu_bridge::{HostPool, PageMemory, PageRef};
 use orbitkv_state::engine_hash::vllm::{RequestExtras, VllmHashAlgo, VllmHasher};
 
 use super::instance::{CHECKPOINT_BLOCKS, SimContract, SimGroup, SimInstance, WINDOW_BLOCKS};
@@ -431,7 +431,7 @@ fn spawn_worker(opts: &EngineOptions, rank: u32) -> WorkerHandle {
             let (token, _epoch) = register(&mut client, &inst, Role::Worker, rank)?;
             let spec = inst.pool_spec(rank + 1, pages);
             let pool = HostPool::create(spec.clone())?;
-            client.register_pool(token, spec, pool.fd())?;
+            client.register_pool(token, spec, PageMemory::Host, pool.fd())?;
             Ok(Worker {
                 rank,
                 inst,
