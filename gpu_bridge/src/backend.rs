@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::pool::{PageRef, PoolSpec};
+use crate::staging::Item;
 
 /// A registered pool of engine pages, as the manager sees it.
 pub trait PagePool: Send + Sync {
@@ -33,6 +34,31 @@ pub trait PagePool: Send + Sync {
     fn copy_out(&self, lease: &PageLease, group: u32, out: &mut Vec<u8>) -> Result<()>;
     /// Stops all further copies (the engine disconnected); copies in progress finish first.
     fn detach(&self);
+    /// The pool's staged Load, for a pool whose pages this process cannot write directly
+    /// (device memory); `None` (the default): Loads copy page by page with
+    /// [`PagePool::copy_in`].
+    fn staged(&self) -> Option<&dyn StagedLoad> {
+        None
+    }
+}
+
+/// A Load through the pool's staging memory: a batch of pages, each item's bytes written by
+/// the caller straight into the staging buffer (the store reads them there), then copied to
+/// the pages in batches, an event each.
+pub trait StagedLoad {
+    /// Copies `items` (their pages leased by the caller, who keeps the leases until told):
+    /// `fill(i, dst)` writes item `i`'s packed bytes into `dst` or returns `false` (the item is
+    /// then never copied and gets no `done`); `done(i, r)` reports each other item exactly
+    /// once — `Ok` when its copy has completed (its lease may end now), an error when the pool
+    /// refused it before filling (fencing). An `Err` return means the copies stopped (the
+    /// device failed): every item without a `done` was not copied, and nothing is still in
+    /// flight.
+    fn load_staged(
+        &self,
+        items: &[Item],
+        fill: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+        done: &mut dyn FnMut(usize, Result<()>),
+    ) -> Result<()>;
 }
 
 /// A page lease: the manager's claim on one engine page while it copies into or out of it. The

@@ -15,11 +15,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::sys::{self, CUcontext, CUdeviceptr, CUevent, CUresult, CUstream};
 
-use crate::backend::{PageLease, PagePool};
+use crate::backend::{PageLease, PagePool, StagedLoad};
 use crate::error::{Error, Result};
 use crate::host::SharedStates;
 use crate::pool::{PageRef, PageState, PoolSpec, check_generation, generation_of};
-use crate::staging::{Batch, Item, plan};
+use crate::staging::{Item, copies, plan};
 
 /// Turns a driver result into [`Error::Device`] naming `what`.
 pub fn call(what: &'static str, r: CUresult) -> Result<()> {
@@ -216,6 +216,15 @@ impl Stream {
         // caller keeps alive and does not read until the event recorded after this completes.
         call("cuMemcpyDtoHAsync", unsafe {
             sys::cuMemcpyDtoHAsync_v2(dst.ptr.add(range.start).cast(), src, range.len(), self.0)
+        })
+    }
+
+    /// Waits for everything queued so far.
+    #[expect(unsafe_code, reason = "CUDA driver call")]
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: the stream is live.
+        call("cuStreamSynchronize", unsafe {
+            sys::cuStreamSynchronize(self.0)
         })
     }
 
@@ -425,26 +434,86 @@ impl DeviceCopier {
     }
 
     /// Copies `sources[i]` (item `i`'s layers, packed) into `region` as `items` say, in batches;
-    /// calls `done` with each batch's item range once its copies have completed.
+    /// calls `done(i)` for each item once its batch's copies have completed.
     pub fn load(
         &mut self,
         region: &DeviceRegion,
         spec: &PoolSpec,
         items: &[Item],
         sources: &[&[u8]],
-        mut done: impl FnMut(Range<usize>),
+        done: impl FnMut(usize),
+    ) -> Result<()> {
+        for (i, it) in items.iter().enumerate() {
+            let want = spec.group(it.group)?.bytes_for(&it.layers);
+            let got = sources.get(i).map_or(0, |s| s.len() as u64);
+            if got != want {
+                return Err(Error::Length {
+                    expected: want,
+                    got,
+                });
+            }
+        }
+        self.load_with(
+            region,
+            spec,
+            items,
+            |i, dst| {
+                dst.copy_from_slice(sources[i]);
+                true
+            },
+            done,
+        )
+    }
+
+    /// Copies `items` into `region` in batches: `fill(i, dst)` writes item `i`'s packed bytes
+    /// straight into the staging half (or returns `false`: the item's page is then not
+    /// touched); each batch is queued as coalesced copies and an event, and while the device
+    /// drains it the other half is filled; `done(i)` follows each filled item's completion, in
+    /// batch order. On an error the stream is drained before returning, so no copy is still in
+    /// flight into a page whose lease the caller then ends.
+    pub fn load_with(
+        &mut self,
+        region: &DeviceRegion,
+        spec: &PoolSpec,
+        items: &[Item],
+        mut fill: impl FnMut(usize, &mut [u8]) -> bool,
+        mut done: impl FnMut(usize),
+    ) -> Result<()> {
+        let r = self.load_batches(region, spec, items, &mut fill, &mut done);
+        if r.is_err() {
+            let _ = self.stream.synchronize();
+        }
+        r
+    }
+
+    fn load_batches(
+        &mut self,
+        region: &DeviceRegion,
+        spec: &PoolSpec,
+        items: &[Item],
+        fill: &mut impl FnMut(usize, &mut [u8]) -> bool,
+        done: &mut impl FnMut(usize),
     ) -> Result<()> {
         let batches = plan(spec, items, self.batch_bytes())?;
-        let mut pending: [Option<(Event, Range<usize>)>; 2] = [None, None];
+        let mut pending: [Option<(Event, Vec<usize>)>; 2] = [None, None];
         for (n, b) in batches.iter().enumerate() {
             let k = n % 2;
             // The half is free once the batch that used it before has completed.
-            if let Some((ev, items)) = pending[k].take() {
+            if let Some((ev, filled)) = pending[k].take() {
                 ev.wait()?;
-                done(items);
+                filled.into_iter().for_each(&mut *done);
             }
-            fill(&mut self.halves[k], b, sources)?;
-            for c in &b.copies {
+            let half = self.halves[k].as_mut_slice();
+            let mut filled = Vec::with_capacity(b.items.len());
+            for (j, i) in b.items.clone().enumerate() {
+                let dst = half
+                    .get_mut(b.staged(j))
+                    .ok_or_else(|| Error::Geometry(format!("item {i} outside the staging half")))?;
+                if fill(i, dst) {
+                    filled.push((i, b.item_offsets[j]));
+                }
+            }
+            for c in copies(spec, filled.iter().map(|&(i, at)| (&items[i], at)))? {
                 let dst = region.at(c.device_offset, c.len)?;
                 self.stream.htod(
                     dst,
@@ -452,7 +521,8 @@ impl DeviceCopier {
                     c.staging_offset..c.staging_offset + c.len,
                 )?;
             }
-            pending[k] = Some((self.stream.record()?, b.items.clone()));
+            let filled = filled.into_iter().map(|(i, _)| i).collect();
+            pending[k] = Some((self.stream.record()?, filled));
         }
         // Complete in batch order.
         let order = if batches.len() % 2 == 0 {
@@ -461,9 +531,9 @@ impl DeviceCopier {
             [1, 0]
         };
         for k in order {
-            if let Some((ev, items)) = pending[k].take() {
+            if let Some((ev, filled)) = pending[k].take() {
                 ev.wait()?;
-                done(items);
+                filled.into_iter().for_each(&mut *done);
             }
         }
         Ok(())
@@ -498,25 +568,6 @@ impl DeviceCopier {
         }
         Ok(())
     }
-}
-
-/// Packs each item's source bytes into the staging half at the batch's offsets.
-fn fill(half: &mut Pinned, b: &Batch, sources: &[&[u8]]) -> Result<()> {
-    let staging = half.as_mut_slice();
-    for (j, i) in b.items.clone().enumerate() {
-        let range = b.staged(j);
-        let src = sources
-            .get(i)
-            .ok_or_else(|| Error::Geometry(format!("no source for item {i}")))?;
-        if src.len() != range.len() {
-            return Err(Error::Length {
-                expected: range.len() as u64,
-                got: src.len() as u64,
-            });
-        }
-        staging[range].copy_from_slice(src);
-    }
-    Ok(())
 }
 
 /// A pool of engine pages in device memory, fenced by page state words like the host backend's
@@ -660,6 +711,45 @@ impl PagePool for CudaPool {
         // Copies hold the copier's lock: taking it waits for one in progress.
         self.detached.store(true, Ordering::Release);
         drop(self.copier.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    fn staged(&self) -> Option<&dyn StagedLoad> {
+        Some(self)
+    }
+}
+
+impl StagedLoad for CudaPool {
+    fn load_staged(
+        &self,
+        items: &[Item],
+        fill: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+        done: &mut dyn FnMut(usize, Result<()>),
+    ) -> Result<()> {
+        self.check_attached()?;
+        let mut copier = self.copier()?;
+        // Fenced before anything is filled: each page at the generation its item names.
+        let mut fenced = vec![true; items.len()];
+        for (i, it) in items.iter().enumerate() {
+            let checked = it
+                .page
+                .pool
+                .eq(&self.spec.pool)
+                .then_some(())
+                .ok_or(Error::UnknownPool { pool: it.page.pool })
+                .and_then(|()| self.state(it.page.index))
+                .and_then(|s| check_generation(s.load(), it.page));
+            if let Err(e) = checked {
+                fenced[i] = false;
+                done(i, Err(e));
+            }
+        }
+        copier.load_with(
+            &self.region,
+            &self.spec,
+            items,
+            |i, dst| fenced[i] && fill(i, dst),
+            |i| done(i, Ok(())),
+        )
     }
 }
 

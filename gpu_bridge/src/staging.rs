@@ -102,31 +102,55 @@ pub fn plan(spec: &PoolSpec, items: &[Item], staging: usize) -> Result<Vec<Batch
             batches.push(std::mem::replace(&mut current, next));
         }
         current.item_offsets.push(current.staging_bytes);
+        current.staging_bytes += bytes;
+        current.items.end = i + 1;
+    }
+    if !current.items.is_empty() {
+        batches.push(current);
+    }
+    for b in &mut batches {
+        b.copies = copies(
+            spec,
+            items[b.items.clone()]
+                .iter()
+                .zip(b.item_offsets.iter().copied()),
+        )?;
+    }
+    Ok(batches)
+}
+
+/// The copies of `placed` items, each item's layers packed from its staging offset, in order;
+/// consecutive copies adjacent in both the pool and the staging buffer merge into one. A batch's
+/// copies are those of all its items; leaving out the items whose bytes could not be staged
+/// gives copies that never touch their pages.
+pub fn copies<'a>(
+    spec: &PoolSpec,
+    placed: impl IntoIterator<Item = (&'a Item, usize)>,
+) -> Result<Vec<Copy>> {
+    let mut out: Vec<Copy> = Vec::new();
+    for (it, offset) in placed {
+        let g = spec.group(it.group)?;
         let page_base = u64::from(it.page.index) * spec.page_bytes;
+        let mut staging_offset = offset;
         for l in it.layers.clone() {
-            let r = g.layer_range(l);
             let c = Copy {
-                device_offset: page_base + r.start,
-                staging_offset: current.staging_bytes,
+                device_offset: page_base + g.layer_range(l).start,
+                staging_offset,
                 len: g.layer_bytes as usize,
             };
-            current.staging_bytes += c.len;
-            match current.copies.last_mut() {
+            staging_offset += c.len;
+            match out.last_mut() {
                 Some(last)
                     if last.device_offset + last.len as u64 == c.device_offset
                         && last.staging_offset + last.len == c.staging_offset =>
                 {
                     last.len += c.len;
                 }
-                _ => current.copies.push(c),
+                _ => out.push(c),
             }
         }
-        current.items.end = i + 1;
     }
-    if !current.items.is_empty() {
-        batches.push(current);
-    }
-    Ok(batches)
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -225,6 +249,55 @@ mod tests {
                 staging_offset: 0,
                 len: 100
             }]
+        );
+    }
+
+    #[test]
+    fn copies_of_a_subset_leave_the_other_pages_alone() {
+        // Pages of exactly one group's two packed layers: consecutive pages are adjacent in the
+        // pool as in staging, so pages 0, 1, 2 make one copy of 600 bytes.
+        let spec = PoolSpec {
+            pool: PoolId(1),
+            page_bytes: 200,
+            pages: 4,
+            groups: vec![GroupGeometry {
+                group: 0,
+                layers: 2,
+                offset: 0,
+                layer_stride: 100,
+                layer_bytes: 100,
+            }],
+        };
+        let items: Vec<Item> = (0..3).map(|i| item(i, 0, 0..2)).collect();
+        let b = plan(&spec, &items, 4096).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            b[0].copies,
+            vec![Copy {
+                device_offset: 0,
+                staging_offset: 0,
+                len: 600
+            }]
+        );
+        // Without page 1 (its bytes failed to stage), nothing lands in 200..400.
+        let kept = [
+            (&items[0], b[0].item_offsets[0]),
+            (&items[2], b[0].item_offsets[2]),
+        ];
+        let c = copies(&spec, kept).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            c,
+            vec![
+                Copy {
+                    device_offset: 0,
+                    staging_offset: 0,
+                    len: 200
+                },
+                Copy {
+                    device_offset: 400,
+                    staging_offset: 400,
+                    len: 200
+                },
+            ]
         );
     }
 

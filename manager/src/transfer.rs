@@ -3,12 +3,14 @@
 //! Every page goes through the bridge's fencing; every page gets its own status, so the engine
 //! recomputes exactly the pages that failed.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
+use orbitkv_gpu_bridge::staging::Item;
 use orbitkv_gpu_bridge::{
-    AttachedPool, Bridge, Error as BridgeError, PageMemory, PagePool, PoolSpec,
+    AttachedPool, Bridge, Error as BridgeError, PageLease, PageMemory, PagePool, PoolId, PoolSpec,
 };
 use orbitkv_segments::RecordMeta;
 use orbitkv_state::{CacheGroupId, RankSpec, Ranks, StateKey, TokenRange};
@@ -161,7 +163,9 @@ pub fn request_bytes(
 }
 
 /// Copies each page's record (pinned under the lease) into the page: verified on the way out of
-/// the store, fenced on the way into the page. Returns each page's status and the bytes copied.
+/// the store, fenced on the way into the page. Pages of a pool with staging memory (device
+/// memory) go as one batch per pool, the store reading each record straight into the staging
+/// buffer; the others page by page. Returns each page's status and the bytes copied.
 pub fn load(
     store: &StateStore,
     bridge: &Bridge,
@@ -175,51 +179,183 @@ pub fn load(
         .iter()
         .map(|(l, pin)| ((l.group, l.rank, l.block), *pin))
         .collect();
-    let statuses = pages
-        .iter()
-        .map(|p| {
-            let rank = RankSpec::from_code(p.rank);
-            let Some(&pin) = by_block.get(&(p.group, rank, p.block)) else {
-                return PageStatus::Missing;
-            };
-            // The DRAM tier's copy is lent as it is (one copy, into the page); a record read
-            // from SSD comes through `buf`. A read or checksum failure drops the record: never
-            // copied.
-            let copied = store.with_pinned(pin, &mut buf, |bytes| {
-                let lease = bridge.lease(epoch, p.page).map_err(|e| status_of(&e))?;
-                let geo = *lease
-                    .pool()
-                    .spec()
-                    .group(p.group)
-                    .map_err(|_| PageStatus::BadGeometry)?;
-                if bytes.len() as u64 != geo.bytes_for(&geo.all_layers())
-                    || p.layer_start > p.layer_end
-                    || p.layer_end > geo.layers
-                {
-                    return Err(PageStatus::BadGeometry);
+    let mut statuses = Vec::with_capacity(pages.len());
+    let mut staged: HashMap<PoolId, (Arc<dyn PagePool>, Vec<StagedPage>)> = HashMap::new();
+    for (at, p) in pages.iter().enumerate() {
+        let rank = RankSpec::from_code(p.rank);
+        let Some(&pin) = by_block.get(&(p.group, rank, p.block)) else {
+            statuses.push(PageStatus::Missing);
+            continue;
+        };
+        if let Ok(pool) = bridge.pool(p.page.pool)
+            && pool.staged().is_some()
+        {
+            // Fenced and checked now; copied with the rest of its pool's pages below.
+            let status = match stage(bridge, epoch, p) {
+                Ok((lease, span)) => {
+                    let batch = &mut staged.entry(p.page.pool).or_insert((pool, Vec::new())).1;
+                    batch.push(StagedPage {
+                        at,
+                        pin,
+                        lease,
+                        span,
+                        item: Item {
+                            page: p.page,
+                            group: p.group,
+                            layers: p.layer_start..p.layer_end,
+                        },
+                    });
+                    PageStatus::Refused
                 }
-                let from = (u64::from(p.layer_start) * geo.layer_bytes) as usize;
-                let to = (u64::from(p.layer_end) * geo.layer_bytes) as usize;
-                bridge
-                    .load(
-                        &lease,
-                        p.group,
-                        p.layer_start..p.layer_end,
-                        &bytes[from..to],
-                    )
-                    .map_err(|e| status_of(&e))?;
-                moved += (to - from) as u64;
-                Ok(())
-            });
-            match copied {
-                Ok(Some(Ok(()))) => PageStatus::Ok,
-                Ok(Some(Err(status))) => status,
-                Ok(None) => PageStatus::Missing,
-                Err(_) => PageStatus::BadRecord,
+                Err(status) => status,
+            };
+            statuses.push(status);
+            continue;
+        }
+        // The DRAM tier's copy is lent as it is (one copy, into the page); a record read
+        // from SSD comes through `buf`. A read or checksum failure drops the record: never
+        // copied.
+        let copied = store.with_pinned(pin, &mut buf, |bytes| {
+            let lease = bridge.lease(epoch, p.page).map_err(|e| status_of(&e))?;
+            let span = span(&lease, p)?;
+            if bytes.len() != span.record {
+                return Err(PageStatus::BadGeometry);
             }
-        })
-        .collect();
+            bridge
+                .load(
+                    &lease,
+                    p.group,
+                    p.layer_start..p.layer_end,
+                    &bytes[span.from..span.from + span.len],
+                )
+                .map_err(|e| status_of(&e))?;
+            moved += span.len as u64;
+            Ok(())
+        });
+        statuses.push(match copied {
+            Ok(Some(Ok(()))) => PageStatus::Ok,
+            Ok(Some(Err(status))) => status,
+            Ok(None) => PageStatus::Missing,
+            Err(_) => PageStatus::BadRecord,
+        });
+    }
+    for (pool, batch) in staged.into_values() {
+        moved += load_staged(store, &*pool, batch, &mut statuses);
+    }
     (statuses, moved)
+}
+
+/// Where a Load page's bytes lie in its record.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    /// The record's length (all layers of the group, packed).
+    record: usize,
+    /// The first byte the page takes.
+    from: usize,
+    /// Bytes it takes.
+    len: usize,
+}
+
+/// The part of its record a Load page takes, from the pool's geometry; the layer range must lie
+/// in the group's.
+fn span(lease: &PageLease, p: &LoadPage) -> Result<Span, PageStatus> {
+    let geo = *lease
+        .pool()
+        .spec()
+        .group(p.group)
+        .map_err(|_| PageStatus::BadGeometry)?;
+    if p.layer_start > p.layer_end || p.layer_end > geo.layers {
+        return Err(PageStatus::BadGeometry);
+    }
+    let bytes = |n: u64| usize::try_from(n).map_err(|_| PageStatus::BadGeometry);
+    let from = bytes(u64::from(p.layer_start) * geo.layer_bytes)?;
+    Ok(Span {
+        record: bytes(geo.bytes_for(&geo.all_layers()))?,
+        from,
+        len: bytes(u64::from(p.layer_end) * geo.layer_bytes)? - from,
+    })
+}
+
+/// A Load page bound for a pool with staging memory, leased and checked.
+struct StagedPage {
+    /// Its position in the request.
+    at: usize,
+    pin: Pin,
+    lease: PageLease,
+    span: Span,
+    item: Item,
+}
+
+/// Leases a staged page and finds its span.
+fn stage(bridge: &Bridge, epoch: u64, p: &LoadPage) -> Result<(PageLease, Span), PageStatus> {
+    let lease = bridge.lease(epoch, p.page).map_err(|e| status_of(&e))?;
+    let span = span(&lease, p)?;
+    Ok((lease, span))
+}
+
+/// Copies a pool's staged pages as one batch: the store reads each record straight into the
+/// pool's staging memory, and each page's lease ends as soon as its copy has completed. A page
+/// whose record is gone or fails verification is never copied (`Missing`); one the pool
+/// refuses gets its fencing status; if the device fails, the pages not yet done stay
+/// `Refused`. Returns the bytes copied.
+fn load_staged(
+    store: &StateStore,
+    pool: &dyn PagePool,
+    batch: Vec<StagedPage>,
+    statuses: &mut [PageStatus],
+) -> u64 {
+    let Some(staged) = pool.staged() else {
+        return 0;
+    };
+    let items: Vec<Item> = batch.iter().map(|s| s.item.clone()).collect();
+    let outcome: Vec<Cell<PageStatus>> = batch
+        .iter()
+        .map(|_| Cell::new(PageStatus::Refused))
+        .collect();
+    let mut leases: Vec<Option<PageLease>> = Vec::with_capacity(batch.len());
+    let mut rest = Vec::with_capacity(batch.len());
+    for s in batch {
+        leases.push(Some(s.lease));
+        rest.push((s.at, s.pin, s.span));
+    }
+    let mut moved = 0u64;
+    let r = staged.load_staged(
+        &items,
+        &mut |i, dst| {
+            let (_, pin, span) = rest[i];
+            match store.read_pinned_into(pin, span.record, span.from, dst) {
+                Ok(true) => true,
+                Ok(false) => {
+                    outcome[i].set(PageStatus::Missing);
+                    false
+                }
+                Err(_) => {
+                    outcome[i].set(PageStatus::BadRecord);
+                    false
+                }
+            }
+        },
+        &mut |i, r| {
+            // Copied (or refused): the lease ends now, not when the whole batch has.
+            if let Some(l) = leases.get_mut(i) {
+                l.take();
+            }
+            outcome[i].set(match r {
+                Ok(()) => {
+                    moved += rest[i].2.len as u64;
+                    PageStatus::Ok
+                }
+                Err(e) => status_of(&e),
+            });
+        },
+    );
+    if let Err(e) = r {
+        tracing::warn!(pool = %pool.spec().pool, "a staged Load stopped: {e}");
+    }
+    for ((at, _, _), o) in rest.iter().zip(&outcome) {
+        statuses[*at] = o.get();
+    }
+    moved
 }
 
 /// A Publish's records are stored in bundles of at most this many payload bytes: one append

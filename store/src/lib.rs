@@ -949,7 +949,7 @@ impl StateStore {
         let Some(seg) = self.segment_file(id) else {
             return miss(self);
         };
-        if !self.read_verified(&seg, key, &rec, out, true) {
+        if !self.read_verified(&seg, key, &rec, Sink::Buffer(out), true) {
             return miss(self);
         }
         self.read_marks.mark(id, rec.offset);
@@ -966,7 +966,7 @@ impl StateStore {
         seg: &SegmentFile,
         key: &StateKey,
         rec: &Record,
-        out: &mut Vec<u8>,
+        mut out: Sink<'_>,
         index: bool,
     ) -> bool {
         let id = seg.id;
@@ -979,12 +979,13 @@ impl StateStore {
         } else {
             len
         };
-        let verify = |frame: &[u8], out: &mut Vec<u8>| {
-            indexed_header(frame, key, rec)
-                .and_then(|h| h.append_payload(&frame[FRAME_HEADER_LEN..], out, rec.offset))
+        let verify = |frame: &[u8], out: &mut Sink<'_>| {
+            indexed_header(frame, key, rec).and_then(|h| {
+                out.whole(|v| h.append_payload(&frame[FRAME_HEADER_LEN..], v, rec.offset))
+            })
         };
         // Still in the active segment's write-behind tail, or (most often) in the file.
-        let in_tail = seg.with_pending(rec.offset, len, |frame| verify(frame, out));
+        let in_tail = seg.with_pending(rec.offset, len, |frame| verify(frame, &mut out));
         let (read, verified) = match in_tail {
             Some(verified) => (Ok(()), verified),
             None => READ_BUF.with_borrow_mut(|(buf, pad)| {
@@ -994,7 +995,7 @@ impl StateStore {
                 let region = &mut buf[*pad..*pad + want];
                 // Checked and copied chunk by chunk as the chunks arrive (overlapping the
                 // device's transfer of the next ones where the backend reads asynchronously).
-                let mut stream = Streamed::new(key, rec, len, out);
+                let mut stream = Streamed::new(key, rec, len, &mut out);
                 if let Err(e) =
                     seg.file
                         .read_chunked(region, rec.offset, len, READ_CHUNK, &mut |bytes| {
@@ -1006,7 +1007,7 @@ impl StateStore {
                 let verified = match stream.finish() {
                     Some(v) => v,
                     // Compressed: checked and decompressed whole, now that it is all in.
-                    None => verify(&region[..len], out),
+                    None => verify(&region[..len], &mut out),
                 };
                 if buf.len() > MAX_KEPT_READ_BUF {
                     // A rare huge frame: not worth keeping its buffer for the thread's life.
@@ -1124,28 +1125,121 @@ fn indexed_header(
 /// Chunk size of verified reads: a chunk is checked and copied while later ones are in flight.
 const READ_CHUNK: usize = 256 << 10;
 
+/// Where a verified read puts the payload.
+pub(crate) enum Sink<'a> {
+    /// The whole payload, in a buffer (cleared first).
+    Buffer(&'a mut Vec<u8>),
+    /// Payload bytes `from..from + dst.len()` of a payload of exactly `len` bytes, into memory
+    /// the caller owns (a device pool's pinned staging buffer): filled straight from the read,
+    /// the rest of the payload checked and not kept. After a failed read `dst` holds nothing
+    /// usable.
+    Part {
+        /// The payload's length, as the caller's geometry says it must be.
+        len: usize,
+        /// The first payload byte wanted.
+        from: usize,
+        /// Where the wanted bytes go.
+        dst: &'a mut [u8],
+    },
+}
+
+impl Sink<'_> {
+    /// Forgets what a failed read left.
+    fn clear(&mut self) {
+        if let Sink::Buffer(v) = self {
+            v.clear();
+        }
+    }
+
+    /// Delivers a payload produced whole by `produce` (a frame still in the write-behind tail,
+    /// or a compressed one): into the buffer, or through a scratch buffer into `dst`.
+    fn whole(
+        &mut self,
+        produce: impl FnOnce(&mut Vec<u8>) -> orbitkv_segments::Result<()>,
+    ) -> orbitkv_segments::Result<()> {
+        match self {
+            Sink::Buffer(v) => produce(v),
+            Sink::Part { len, from, dst } => {
+                let mut whole = Vec::new();
+                produce(&mut whole)?;
+                Self::check(*len, *from, dst.len(), whole.len())?;
+                let part = whole.get(*from..*from + dst.len()).ok_or_else(|| {
+                    orbitkv_segments::Error::Usage("range past the payload".into())
+                })?;
+                dst.copy_from_slice(part);
+                Ok(())
+            }
+        }
+    }
+
+    /// Takes payload bytes `bytes` that start at payload position `at`, folding each into the
+    /// running checksum `crc` in payload order — the kept ones as they lie where they were put.
+    fn take(&mut self, at: usize, bytes: &[u8], crc: u32) -> u32 {
+        use orbitkv_segments::crc::crc32c_append;
+        match self {
+            Sink::Buffer(v) => {
+                let old = v.len();
+                v.extend_from_slice(bytes);
+                crc32c_append(crc, &v[old..])
+            }
+            Sink::Part { from, dst, .. } => {
+                let end = at + bytes.len();
+                let lo = (*from).clamp(at, end);
+                let hi = (*from + dst.len()).clamp(at, end);
+                let mut crc = crc32c_append(crc, &bytes[..lo - at]);
+                if hi > lo {
+                    let kept = &mut dst[lo - *from..hi - *from];
+                    kept.copy_from_slice(&bytes[lo - at..hi - at]);
+                    crc = crc32c_append(crc, kept);
+                }
+                crc32c_append(crc, &bytes[hi - at..])
+            }
+        }
+    }
+
+    /// Checks that a payload of `got` bytes is what the sink expects and holds what it wants.
+    fn check_len(&self, got: usize) -> orbitkv_segments::Result<()> {
+        match self {
+            Sink::Buffer(_) => Ok(()),
+            Sink::Part { len, from, dst } => Self::check(*len, *from, dst.len(), got),
+        }
+    }
+
+    fn check(len: usize, from: usize, want: usize, got: usize) -> orbitkv_segments::Result<()> {
+        if got != len || from.checked_add(want).is_none_or(|end| end > len) {
+            return Err(orbitkv_segments::Error::Usage(format!(
+                "{want} bytes from byte {from} of a {len}-byte payload asked of a {got}-byte one"
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// A frame verified as its bytes arrive: the header from the first chunk (key and sequence
-/// checked against the index), then the payload appended to `out` and checksummed chunk by
+/// checked against the index), then the payload delivered to `out` and checksummed chunk by
 /// chunk while still in cache. Compressed frames are left to the whole-frame path.
-struct Streamed<'a> {
+struct Streamed<'a, 's> {
     key: &'a StateKey,
     rec: &'a Record,
     len: usize,
-    out: &'a mut Vec<u8>,
+    out: &'a mut Sink<'s>,
+    /// Payload bytes taken so far.
+    payload: usize,
     seen: usize,
     header: Option<std::result::Result<FrameHeader, orbitkv_segments::Error>>,
     head: Vec<u8>,
     crc: u32,
 }
 
-impl<'a> Streamed<'a> {
-    fn new(key: &'a StateKey, rec: &'a Record, len: usize, out: &'a mut Vec<u8>) -> Self {
+impl<'a, 's> Streamed<'a, 's> {
+    fn new(key: &'a StateKey, rec: &'a Record, len: usize, out: &'a mut Sink<'s>) -> Self {
         out.clear();
         Self {
             key,
             rec,
             len,
             out,
+            payload: 0,
             seen: 0,
             header: None,
             head: Vec::new(),
@@ -1167,8 +1261,9 @@ impl<'a> Streamed<'a> {
             let h = indexed_header(&self.head, self.key, self.rec);
             if let Ok(h) = &h
                 && !h.compressed
+                && let Sink::Buffer(v) = self.out
             {
-                self.out.reserve(h.stored_len as usize);
+                v.reserve(h.stored_len as usize);
             }
             self.header = Some(h);
         }
@@ -1176,9 +1271,8 @@ impl<'a> Streamed<'a> {
             && !h.compressed
             && !bytes.is_empty()
         {
-            let at = self.out.len();
-            self.out.extend_from_slice(bytes);
-            self.crc = orbitkv_segments::crc::crc32c_append(self.crc, &self.out[at..]);
+            self.crc = self.out.take(self.payload, bytes, self.crc);
+            self.payload += bytes.len();
         }
         self.seen += bytes.len();
     }
@@ -1192,10 +1286,12 @@ impl<'a> Streamed<'a> {
             Some(Err(e)) => Err(e),
             Some(Ok(h)) if h.compressed => return None,
             Some(Ok(h)) => {
-                if self.out.len() != h.stored_len as usize {
+                if self.payload != h.stored_len as usize {
                     Err(orbitkv_segments::Error::Usage("frame ends early".into()))
                 } else {
-                    h.check_payload_crc(self.crc, self.rec.offset)
+                    self.out
+                        .check_len(self.payload)
+                        .and_then(|()| h.check_payload_crc(self.crc, self.rec.offset))
                 }
             }
         };

@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use orbitkv_index::Record;
 use orbitkv_state::StateKey;
 
-use crate::StateStore;
 use crate::error::Result;
 use crate::segment::SegmentFile;
 use crate::stats::Stats;
+use crate::{Sink, StateStore};
 
 /// A pin on one record, from [`StateStore::pin`]; release it with [`StateStore::unpin`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -121,7 +121,7 @@ impl StateStore {
             return Ok(Some(record));
         }
         Ok(self
-            .read_verified(&segment, &key, &record, out, false)
+            .read_verified(&segment, &key, &record, Sink::Buffer(out), false)
             .then_some(record))
     }
 
@@ -145,9 +145,47 @@ impl StateStore {
             Stats::add(&self.stats.dram_hits, 1);
             return Ok(r);
         }
-        if !self.read_verified(&segment, &key, &record, scratch, false) {
+        if !self.read_verified(&segment, &key, &record, Sink::Buffer(scratch), false) {
             return Ok(None);
         }
         Ok(f.map(|f| f(scratch)))
+    }
+
+    /// Copies payload bytes `from..from + dst.len()` of the pinned record, whose payload must
+    /// be exactly `len` bytes, into `dst`, verified as [`StateStore::get_pinned`] verifies: out
+    /// of the DRAM tier's copy, or read from SSD straight into `dst` (checked chunk by chunk as
+    /// the chunks arrive, no buffer between) — what fills a device pool's pinned staging
+    /// memory. `false` when the pin is not held, the payload is not `len` bytes, the range lies
+    /// past it, or the bytes fail verification; `dst` then holds nothing usable.
+    pub fn read_pinned_into(
+        &self,
+        pin: Pin,
+        len: usize,
+        from: usize,
+        dst: &mut [u8],
+    ) -> Result<bool> {
+        let Some((key, record, segment)) = self.pinned(pin) else {
+            return Ok(false);
+        };
+        let lent = self.dram.with(&key, record.sequence, |b| {
+            match b.get(from..from.saturating_add(dst.len())) {
+                Some(part) if b.len() == len => {
+                    dst.copy_from_slice(part);
+                    true
+                }
+                _ => false,
+            }
+        });
+        if let Some(copied) = lent {
+            Stats::add(&self.stats.dram_hits, 1);
+            return Ok(copied);
+        }
+        Ok(self.read_verified(
+            &segment,
+            &key,
+            &record,
+            Sink::Part { len, from, dst },
+            false,
+        ))
     }
 }
