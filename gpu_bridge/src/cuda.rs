@@ -338,7 +338,8 @@ impl DeviceRegion {
                 sys::cuMemGetAddressRange_v2(&mut start, &mut size, base),
             )?;
         }
-        let end = base.saturating_sub(start).saturating_add(size as u64);
+        // Bytes from the opened address to the allocation's end.
+        let end = start.saturating_add(size as u64).saturating_sub(base);
         if offset.checked_add(len).is_none_or(|e| e > end) {
             return Err(Error::Geometry(format!(
                 "the exported allocation holds {end} bytes; the pool needs {len} from byte {offset}"

@@ -158,8 +158,8 @@ impl Region {
             .ok_or_else(|| Error::Region("state word outside the region".into()))
     }
 
-    /// Copies `bytes` into the region at `at`, streaming past the cache when they are many (a
-    /// page loaded is read by the engine's device or a later step, not by this thread).
+    /// Copies `bytes` into the region at `at`, streaming past the cache when they are many (the
+    /// other process or a later step reads them, not this thread).
     #[expect(unsafe_code, reason = "a raw copy into shared memory")]
     fn write(&self, at: u64, bytes: &[u8]) -> Result<()> {
         let at = self.check(at, bytes.len())?;

@@ -96,8 +96,8 @@ pub fn register_pool(
 pub const DEVICE_STAGING_BYTES: usize = 64 << 20;
 
 /// A device pool: the driver and device opened, the engine's allocation opened from its IPC
-/// handle (and checked to hold the pool), copies staged through pinned memory.
-#[cfg(feature = "cuda")]
+/// handle (and checked to hold the pool), copies staged through pinned memory. Without the
+/// CUDA backend every device pool is refused, saying why.
 fn device_pool(
     spec: PoolSpec,
     epoch: u64,
@@ -106,40 +106,34 @@ fn device_pool(
     ipc_handle: [u8; 64],
     offset: u64,
 ) -> Result<Arc<dyn PagePool>, Refusal> {
-    use orbitkv_gpu_bridge::cuda::{Cuda, CudaPool, DeviceRegion};
     let pool = spec.pool;
-    let refuse = |e: BridgeError| Refusal {
-        code: match e {
-            BridgeError::Device { .. } => ErrorCode::Unsupported,
-            _ => ErrorCode::Malformed,
-        },
-        detail: format!("device pool {pool} on CUDA device {device}: {e}"),
-    };
-    let cuda = Cuda::open(device).map_err(refuse)?;
-    let len = spec.page_bytes.saturating_mul(u64::from(spec.pages));
-    let region = DeviceRegion::open_ipc(ipc_handle, offset, len).map_err(refuse)?;
-    let pool =
-        CudaPool::new(cuda, spec, epoch, region, states, DEVICE_STAGING_BYTES).map_err(refuse)?;
-    Ok(Arc::new(pool))
-}
-
-/// Without the CUDA backend every device pool is refused, saying why.
-#[cfg(not(feature = "cuda"))]
-fn device_pool(
-    spec: PoolSpec,
-    _epoch: u64,
-    _states: orbitkv_gpu_bridge::SharedStates,
-    device: i32,
-    _ipc_handle: [u8; 64],
-    _offset: u64,
-) -> Result<Arc<dyn PagePool>, Refusal> {
-    Err(Refusal {
-        code: ErrorCode::Unsupported,
-        detail: format!(
-            "device pool {} on CUDA device {device}: this daemon was built without the CUDA backend (the `cuda` feature); register a host pool, or run a daemon built with it",
-            spec.pool
-        ),
-    })
+    #[cfg(feature = "cuda")]
+    {
+        use orbitkv_gpu_bridge::cuda::{Cuda, CudaPool, DeviceRegion};
+        let refuse = |e: BridgeError| Refusal {
+            code: match e {
+                BridgeError::Device { .. } => ErrorCode::Unsupported,
+                _ => ErrorCode::Malformed,
+            },
+            detail: format!("device pool {pool} on CUDA device {device}: {e}"),
+        };
+        let cuda = Cuda::open(device).map_err(refuse)?;
+        let len = spec.page_bytes.saturating_mul(u64::from(spec.pages));
+        let region = DeviceRegion::open_ipc(ipc_handle, offset, len).map_err(refuse)?;
+        let pool = CudaPool::new(cuda, spec, epoch, region, states, DEVICE_STAGING_BYTES)
+            .map_err(refuse)?;
+        Ok(Arc::new(pool))
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (epoch, states, ipc_handle, offset);
+        Err(Refusal {
+            code: ErrorCode::Unsupported,
+            detail: format!(
+                "device pool {pool} on CUDA device {device}: this daemon was built without the CUDA backend (the `cuda` feature); register a host pool, or run a daemon built with it"
+            ),
+        })
+    }
 }
 
 /// Page bytes a request moves: each page's group bytes within its layer range (`0..u32::MAX`:
