@@ -18,7 +18,7 @@ use cudarc::driver::sys::{self, CUcontext, CUdeviceptr, CUevent, CUresult, CUstr
 use crate::backend::{PageLease, PagePool, StagedLoad};
 use crate::error::{Error, Result};
 use crate::host::SharedStates;
-use crate::pool::{PageRef, PageState, PoolSpec, check_generation, generation_of};
+use crate::pool::{PageRef, PageState, PoolSpec, generation_of};
 use crate::staging::{Item, copies, plan};
 
 /// Turns a driver result into [`Error::Device`] naming `what`.
@@ -668,7 +668,7 @@ impl PagePool for CudaPool {
         bytes: &[u8],
     ) -> Result<()> {
         self.check_attached()?;
-        check_generation(self.state(lease.page().index)?.load(), lease.page())?;
+        self.states.check(lease.page())?;
         let item = Item {
             page: lease.page(),
             group,
@@ -682,8 +682,7 @@ impl PagePool for CudaPool {
         out.clear();
         self.check_attached()?;
         let page = lease.page();
-        let before = self.state(page.index)?.load();
-        check_generation(before, page)?;
+        let before = self.states.check(page)?;
         let g = self.spec.group(group)?;
         let item = Item {
             page,
@@ -731,15 +730,7 @@ impl StagedLoad for CudaPool {
         // Fenced before anything is filled: each page at the generation its item names.
         let mut fenced = vec![true; items.len()];
         for (i, it) in items.iter().enumerate() {
-            let checked = it
-                .page
-                .pool
-                .eq(&self.spec.pool)
-                .then_some(())
-                .ok_or(Error::UnknownPool { pool: it.page.pool })
-                .and_then(|()| self.state(it.page.index))
-                .and_then(|s| check_generation(s.load(), it.page));
-            if let Err(e) = checked {
+            if let Err(e) = self.states.check(it.page) {
                 fenced[i] = false;
                 done(i, Err(e));
             }

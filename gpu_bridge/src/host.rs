@@ -431,6 +431,17 @@ impl SharedStates {
     pub fn state(&self, index: u32) -> Result<PageState<'_>> {
         self.region.state(&self.spec, index)
     }
+
+    /// Checks that `page` is one of this pool's pages, still at its generation; the state word
+    /// read.
+    pub fn check(&self, page: PageRef) -> Result<u64> {
+        if page.pool != self.spec.pool {
+            return Err(Error::UnknownPool { pool: page.pool });
+        }
+        let word = self.state(page.index)?.load();
+        check_generation(word, page)?;
+        Ok(word)
+    }
 }
 
 impl std::fmt::Debug for SharedStates {

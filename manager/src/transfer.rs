@@ -181,37 +181,40 @@ pub fn load(
             statuses.push(PageStatus::Missing);
             continue;
         };
-        if let Ok(pool) = bridge.pool(p.page.pool)
-            && pool.staged().is_some()
-        {
-            // Fenced and checked now; copied with the rest of its pool's pages below.
-            let status = match stage(bridge, epoch, p) {
-                Ok((lease, span)) => {
-                    let batch = &mut staged.entry(p.page.pool).or_insert((pool, Vec::new())).1;
-                    batch.push(StagedPage {
-                        at,
-                        pin,
-                        lease,
-                        span,
-                        item: Item {
-                            page: p.page,
-                            group: p.group,
-                            layers: p.layer_start..p.layer_end,
-                        },
-                    });
-                    PageStatus::Refused
-                }
-                Err(status) => status,
-            };
-            statuses.push(status);
+        // Fenced (epoch, pool, index, generation) and its geometry checked before any byte.
+        let leased = bridge
+            .lease(epoch, p.page)
+            .map_err(|e| status_of(&e))
+            .and_then(|lease| Ok((span(&lease, p)?, lease)));
+        let (span, lease) = match leased {
+            Ok(x) => x,
+            Err(status) => {
+                statuses.push(status);
+                continue;
+            }
+        };
+        if lease.pool().staged().is_some() {
+            // Copied with the rest of its pool's pages below.
+            let pool = lease.pool().clone();
+            let batch = &mut staged.entry(p.page.pool).or_insert((pool, Vec::new())).1;
+            batch.push(StagedPage {
+                at,
+                pin,
+                lease,
+                span,
+                item: Item {
+                    page: p.page,
+                    group: p.group,
+                    layers: p.layer_start..p.layer_end,
+                },
+            });
+            statuses.push(PageStatus::Refused);
             continue;
         }
         // The DRAM tier's copy is lent as it is (one copy, into the page); a record read
         // from SSD comes through `buf`. A read or checksum failure drops the record: never
         // copied.
         let copied = store.with_pinned(pin, &mut buf, |bytes| {
-            let lease = bridge.lease(epoch, p.page).map_err(|e| status_of(&e))?;
-            let span = span(&lease, p)?;
             if bytes.len() != span.record {
                 return Err(PageStatus::BadGeometry);
             }
@@ -278,13 +281,6 @@ struct StagedPage {
     lease: PageLease,
     span: Span,
     item: Item,
-}
-
-/// Leases a staged page and finds its span.
-fn stage(bridge: &Bridge, epoch: u64, p: &LoadPage) -> Result<(PageLease, Span), PageStatus> {
-    let lease = bridge.lease(epoch, p.page).map_err(|e| status_of(&e))?;
-    let span = span(&lease, p)?;
-    Ok((lease, span))
 }
 
 /// Copies a pool's staged pages as one batch: the store reads each record straight into the
