@@ -290,7 +290,7 @@ fn main() {
             panic!("no PublishCopied")
         };
         copied.push(t.elapsed().as_secs_f64());
-        let Message::PublishDurable { pages: fin } = s.worker.reply(id).unwrap() else {
+        let Message::PublishDurable { pages: fin, .. } = s.worker.reply(id).unwrap() else {
             panic!("no PublishDurable")
         };
         durable.push(t.elapsed().as_secs_f64());

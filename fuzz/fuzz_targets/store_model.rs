@@ -2,9 +2,9 @@
 //! put / get / pin / get-pinned / unpin / retire / compact / sync / reopen / crash / fault steps.
 //! The first byte picks a mode:
 //! - **strict** (no budget, no faults): every put is accepted; a get returns exactly the oracle's
-//!   value, present or absent; a pinned record stays readable until unpinned;
+//!   value, present or absent; a pinned record stays readable until unpinned or retired;
 //! - **budget** (a 1 MiB SSD tier with a DRAM tier): evictions may turn a get into a miss, never
-//!   into other bytes; pinned records stay readable;
+//!   into other bytes; pinned records stay readable until retired;
 //! - **faults** (EIO, short writes, failed syncs, ENOSPC): a get returns the oracle's value, a
 //!   version whose put failed, or nothing;
 //! - **manual** (manual durability: puts wait in the write-behind tail, or in writes left in
@@ -12,8 +12,9 @@
 //!   the last sync (the key then reads as its last synced value or as one of the versions put
 //!   since).
 //!
-//! In every mode: nothing put before a successful retirement is served again, across reopens and
-//! crashes; an accepted put (sync per put) survives a crash unless its record was evicted.
+//! In every mode: nothing put before a successful retirement is served again — by a get or
+//! through a pin taken before it — across reopens and crashes; an accepted put (sync per put)
+//! survives a crash unless its record was evicted.
 #![no_main]
 
 use std::collections::HashMap;
@@ -130,6 +131,18 @@ struct Slot {
 struct Pinned {
     pin: Pin,
     bytes: Vec<u8>,
+    /// Its namespace.
+    ns: usize,
+    /// Its namespace was retired since (surely, or perhaps: a retirement that failed may
+    /// have taken).
+    retired: Retired,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Retired {
+    No,
+    Maybe,
+    Yes,
 }
 
 fn check_get(
@@ -243,7 +256,12 @@ fuzz_target!(|data: &[u8]| {
                     if let Some(pin) = store.pin(&key) {
                         // What it pins is what a get returns now.
                         match store.get_pinned(pin, &mut out) {
-                            Ok(Some(_)) => pins.push(Pinned { pin, bytes: out }),
+                            Ok(Some(_)) => pins.push(Pinned {
+                                pin,
+                                bytes: out,
+                                ns,
+                                retired: Retired::No,
+                            }),
                             Ok(None) => {
                                 assert!(mode != Mode::Strict, "a fresh pin read nothing");
                                 store.unpin(pin);
@@ -254,8 +272,14 @@ fuzz_target!(|data: &[u8]| {
                 } else if let Some(p) = pins.get(usize::from(b) % pins.len().max(1)) {
                     let mut out = Vec::new();
                     match store.get_pinned(p.pin, &mut out) {
-                        Ok(Some(_)) => assert!(out == p.bytes, "a pin returned other bytes"),
-                        Ok(None) => assert!(mode == Mode::Faults, "a pinned record was lost"),
+                        Ok(Some(_)) => {
+                            assert!(p.retired != Retired::Yes, "a retired pin was served");
+                            assert!(out == p.bytes, "a pin returned other bytes");
+                        }
+                        Ok(None) => assert!(
+                            mode == Mode::Faults || p.retired != Retired::No,
+                            "a pinned record was lost"
+                        ),
                         Err(e) => panic!("get_pinned: {e}"),
                     }
                 }
@@ -271,6 +295,12 @@ fuzz_target!(|data: &[u8]| {
             7 => match store.retire_namespace(NAMESPACES[ns]) {
                 Ok(_) => {
                     oracle.retain(|(n, _), _| *n != ns);
+                    for p in pins.iter_mut().filter(|p| p.ns == ns) {
+                        p.retired = Retired::Yes;
+                        let mut out = Vec::new();
+                        let got = store.get_pinned(p.pin, &mut out).ok().flatten();
+                        assert!(got.is_none(), "a retired record was served through a pin");
+                    }
                     for k in 0..KEYS {
                         let Some(key) = key(ns, k) else { continue };
                         let mut out = Vec::new();
@@ -284,6 +314,12 @@ fuzz_target!(|data: &[u8]| {
                         "retire failed: {e}"
                     );
                     // Unknown whether it took: anything of the namespace may be gone.
+                    for p in pins
+                        .iter_mut()
+                        .filter(|p| p.ns == ns && p.retired == Retired::No)
+                    {
+                        p.retired = Retired::Maybe;
+                    }
                     for ((n, _), slot) in oracle.iter_mut() {
                         if *n == ns
                             && let Some(v) = slot.value.take()

@@ -7,6 +7,7 @@ use std::io::{self, Write};
 use std::os::fd::BorrowedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::time::Duration;
 
 use orbitkv_gpu_bridge::fdpass::send_with_fd;
 
@@ -32,6 +33,8 @@ pub enum ClientError {
     Refused {
         /// Why.
         code: ErrorCode,
+        /// For [`ErrorCode::RetryLater`], how long to wait before sending it again.
+        retry_after: Duration,
         /// What exactly.
         detail: String,
     },
@@ -74,6 +77,16 @@ pub enum Answer {
         /// A readable account.
         detail: String,
     },
+}
+
+/// A Publish's final reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Durable {
+    /// Each page's final status, in request order: `Ok` for each stored, durable record.
+    pub pages: Vec<PageStatus>,
+    /// For pages with status [`PageStatus::RetryLater`], how long the store asks to wait
+    /// before they are published again.
+    pub retry_after: Duration,
 }
 
 /// An Acquire's answer.
@@ -139,8 +152,17 @@ impl Client {
                 // A late reply to an earlier request (a second Publish reply): skip it.
                 continue;
             }
-            if let Message::Error { code, detail } = m {
-                return Err(ClientError::Refused { code, detail });
+            if let Message::Error {
+                code,
+                retry_after_ms,
+                detail,
+            } = m
+            {
+                return Err(ClientError::Refused {
+                    code,
+                    retry_after: Duration::from_millis(u64::from(retry_after_ms)),
+                    detail,
+                });
             }
             return Ok(m);
         }
@@ -257,14 +279,20 @@ impl Client {
         &mut self,
         req: PublishRequest,
         copied: impl FnOnce(&[PageStatus]),
-    ) -> Result<Vec<PageStatus>, ClientError> {
+    ) -> Result<Durable, ClientError> {
         let id = self.send(&Message::Publish(req))?;
         match self.reply(id)? {
             Message::PublishCopied { pages } => copied(&pages),
             other => return Err(ClientError::Unexpected(other.kind())),
         }
         match self.reply(id)? {
-            Message::PublishDurable { pages } => Ok(pages),
+            Message::PublishDurable {
+                pages,
+                retry_after_ms,
+            } => Ok(Durable {
+                pages,
+                retry_after: Duration::from_millis(u64::from(retry_after_ms)),
+            }),
             other => Err(ClientError::Unexpected(other.kind())),
         }
     }

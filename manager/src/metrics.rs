@@ -352,6 +352,24 @@ impl Metrics {
             "Accepted records lost to a failed write or fsync before they were durable.",
             store.lost_records,
         );
+        counter(
+            &mut o,
+            "orbitkv_store_failed_deletes_total",
+            "Segment files the store could not delete (counted in the SSD budget until removed).",
+            store.failed_deletes,
+        );
+        counter(
+            &mut o,
+            "orbitkv_store_failed_dir_syncs_total",
+            "Directory fsyncs after segment deletions that failed.",
+            store.failed_dir_syncs,
+        );
+        counter(
+            &mut o,
+            "orbitkv_store_failed_stats_total",
+            "Segment file size queries that failed (the budget counted a known size instead).",
+            store.failed_stats,
+        );
         gauge(
             &mut o,
             "orbitkv_store_quarantined_segments",

@@ -88,10 +88,7 @@ pub fn answer(
     store: &StateStore,
     q: &QueryRequest,
 ) -> Result<(Answer, Vec<Disagreement>), Refusal> {
-    let malformed = |d: String| Refusal {
-        code: ErrorCode::Malformed,
-        detail: d,
-    };
+    let malformed = |d: String| Refusal::new(ErrorCode::Malformed, d);
     let mut evidence = Vec::new();
     let mut located = Vec::new();
     for g in &q.groups {

@@ -10,7 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -119,6 +119,10 @@ struct Shared {
     leases: Mutex<crate::lease::Leases>,
     /// Each worker connection's registered pools.
     bridges: Mutex<HashMap<ConnId, Arc<orbitkv_gpu_bridge::Bridge>>>,
+    /// Held shared by every Load from its lease check until its last page is copied, and
+    /// exclusively by a retirement until it has ended the namespace's leases: once a Retired
+    /// reply is sent, no Load is still copying a record the retirement covers.
+    retire_gate: RwLock<()>,
     conns: Mutex<HashMap<ConnId, (Arc<Conn>, u64)>>,
     next_conn: AtomicU64,
     stop: AtomicBool,
@@ -139,13 +143,13 @@ impl Shared {
     ) -> Result<(), Refusal> {
         let bytes = crate::transfer::request_bytes(bridge, pages);
         if bytes > self.config.max_request_bytes {
-            return Err(Refusal {
-                code: ErrorCode::LimitExceeded,
-                detail: format!(
+            return Err(Refusal::new(
+                ErrorCode::LimitExceeded,
+                format!(
                     "a {what} of {bytes} page bytes passes the limit of {} per request; split it",
                     self.config.max_request_bytes
                 ),
-            });
+            ));
         }
         Ok(())
     }
@@ -186,11 +190,15 @@ impl Shared {
         for e in events {
             let (conn, reply) = match e {
                 Event::Sealed { conn, reply } => {
-                    let ns = match &reply {
-                        Message::Sealed { namespace, .. } => *namespace,
-                        _ => [0; 32],
+                    let (ns, token) = match &reply {
+                        Message::Sealed {
+                            namespace, token, ..
+                        } => (*namespace, *token),
+                        _ => ([0; 32], [0; 32]),
                     };
-                    let outcome = registered.entry(ns).or_insert_with(|| self.on_sealed(conn));
+                    let outcome = registered
+                        .entry(ns)
+                        .or_insert_with(|| self.on_sealed(&token));
                     if let Err(refusal) = outcome {
                         (conn, refusal.message())
                     } else {
@@ -215,22 +223,32 @@ impl Shared {
         }
     }
 
-    /// Registers the sealed instance's namespace in the store (durably, idempotently).
-    fn on_sealed(&self, conn: ConnId) -> Result<(), Refusal> {
-        let inst = {
-            let s = self.sessions();
-            s.session_of(conn).map(|x| x.instance.clone())
-        };
-        let Some(inst) = inst else {
+    /// An instance sealed a new epoch: the leases of its earlier epochs end (their pins given
+    /// back), and its namespace is registered in the store (durably, idempotently).
+    fn on_sealed(&self, token: &crate::protocol::message::Token) -> Result<(), Refusal> {
+        // By the seal's token: a connection that registered again holds several sessions.
+        let inst = self
+            .sessions()
+            .check_token(token)
+            .map(|x| x.instance.clone());
+        let Ok(inst) = inst else {
             return Ok(());
         };
+        let ended =
+            self.leases()
+                .end_epochs_before(&self.store, &inst.name, inst.epoch, Instant::now());
+        if ended > 0 {
+            tracing::info!(
+                instance = inst.name,
+                epoch = inst.epoch,
+                leases = ended,
+                "instance sealed a new epoch: the leases of its earlier epochs ended"
+            );
+        }
         let info = namespace_info(&inst.layout, &inst);
         self.store
             .register_namespace(inst.namespace, info)
-            .map_err(|e| Refusal {
-                code: ErrorCode::Refused,
-                detail: format!("the store could not register the namespace: {e}"),
-            })
+            .map_err(|e| store_refusal(&e, "the store could not register the namespace"))
     }
 }
 
@@ -316,6 +334,7 @@ impl Server {
             shared: Arc::new(Shared {
                 leases: Mutex::new(leases),
                 bridges: Mutex::new(HashMap::new()),
+                retire_gate: RwLock::new(()),
                 config,
                 store,
                 sessions: Mutex::new(Sessions::new(Box::new(OsRandom))),
@@ -448,10 +467,11 @@ fn serve_conn(shared: &Arc<Shared>, stream: UnixStream) {
         );
         conn.send(
             0,
-            &Message::Error {
-                code: ErrorCode::NotPermitted,
-                detail: format!("user {} may not use this daemon", cred.uid),
-            },
+            &Refusal::new(
+                ErrorCode::NotPermitted,
+                format!("user {} may not use this daemon", cred.uid),
+            )
+            .message(),
         );
         return;
     }
@@ -573,10 +593,7 @@ fn read_timed_frame(
 }
 
 fn malformed(detail: String) -> Message {
-    Message::Error {
-        code: ErrorCode::Malformed,
-        detail,
-    }
+    Refusal::new(ErrorCode::Malformed, detail).message()
 }
 
 /// Handles one request; `false` closes the connection.
@@ -623,25 +640,12 @@ fn handle(
         },
         Message::Sync => match shared.store.sync() {
             Ok(()) => Message::Synced,
-            Err(e) => refused(e),
+            Err(e) => store_refusal(&e, "sync").message(),
         },
-        Message::Retire { namespace } => {
-            let ns = orbitkv_state::Namespace(namespace);
-            if !shared.store.namespaces().iter().any(|(n, _, _)| *n == ns) {
-                conn.send(
-                    request,
-                    &Message::Error {
-                        code: ErrorCode::Refused,
-                        detail: format!("namespace {ns} is not registered in this store"),
-                    },
-                );
-                return true;
-            }
-            match shared.store.retire_namespace(ns) {
-                Ok(watermark) => Message::Retired { watermark },
-                Err(e) => refused(e),
-            }
-        }
+        Message::Retire { namespace } => match retire(shared, namespace) {
+            Ok(watermark) => Message::Retired { watermark },
+            Err(r) => r.message(),
+        },
         Message::Query(q) => match query(shared, &q, false) {
             Ok(m) => m,
             Err(r) => r.message(),
@@ -651,11 +655,9 @@ fn handle(
             Err(r) => r.message(),
         },
         Message::Release { token, lease } => {
-            let r = shared.session(&token, None).and_then(|s| {
-                shared
-                    .leases()
-                    .release(&shared.store, lease, &s.instance.name)
-            });
+            let r = shared
+                .session(&token, None)
+                .and_then(|s| shared.leases().release(&shared.store, lease, &s));
             match r {
                 Ok(()) => Message::Released,
                 Err(r) => r.message(),
@@ -669,10 +671,10 @@ fn handle(
             let pool = spec.pool;
             let r = shared.session(&token, None).and_then(|s| {
                 if s.role != crate::protocol::Role::Worker {
-                    return Err(Refusal {
-                        code: ErrorCode::Malformed,
-                        detail: "only a worker session registers page pools".into(),
-                    });
+                    return Err(Refusal::new(
+                        ErrorCode::Malformed,
+                        "only a worker session registers page pools",
+                    ));
                 }
                 let bridge = shared.bridge(id);
                 crate::transfer::register_pool(&bridge, &s, spec, memory, fds.pop())
@@ -690,9 +692,11 @@ fn handle(
                     .iter()
                     .map(|p| (p.page, p.group, p.layer_start..p.layer_end));
                 shared.check_request_bytes("Load", &bridge, pages)?;
+                // No retirement completes while this Load copies (see `retire_gate`).
+                let _gate = shared.retire_gate.read().unwrap_or_else(|e| e.into_inner());
                 let pins = shared
                     .leases()
-                    .get(l.lease, &s.instance.name, Instant::now())?
+                    .get(l.lease, &s, Instant::now())?
                     .pins
                     .clone();
                 Ok(crate::transfer::load(
@@ -739,14 +743,17 @@ fn handle(
                     shared
                         .metrics
                         .observe(Timed::PublishCopied, started.elapsed());
-                    let (pages, durable) =
-                        crate::transfer::store_copies(&shared.store, copied, spare);
-                    shared.metrics.pages(&pages, false);
+                    let mut stored = crate::transfer::store_copies(&shared.store, copied, spare);
                     // A store that syncs every put has made them durable already.
-                    let synced = if durable { Ok(()) } else { shared.store.sync() };
-                    match synced {
-                        Ok(()) => Message::PublishDurable { pages },
-                        Err(e) => refused(e),
+                    if !stored.durable
+                        && let Err(e) = shared.store.sync()
+                    {
+                        stored.sync_failed(&e);
+                    }
+                    shared.metrics.pages(&stored.statuses, false);
+                    Message::PublishDurable {
+                        pages: stored.statuses,
+                        retry_after_ms: crate::session::millis(stored.retry_after),
                     }
                 }
                 Err(r) => r.message(),
@@ -811,9 +818,43 @@ fn query(
     }
 }
 
-fn refused(e: orbitkv_store::Error) -> Message {
-    Message::Error {
-        code: ErrorCode::Refused,
-        detail: e.to_string(),
+/// The refusal of a request the store failed: to be retried later (and when), refused for good,
+/// or naming a namespace the store does not hold.
+fn store_refusal(e: &orbitkv_store::Error, what: &str) -> Refusal {
+    let detail = format!("{what}: {e}");
+    match e.retry() {
+        orbitkv_store::Retry::After(after) => Refusal::retry_later(after, detail),
+        _ if matches!(e, orbitkv_store::Error::UnknownNamespace(_)) => {
+            Refusal::new(ErrorCode::UnknownNamespace, detail)
+        }
+        orbitkv_store::Retry::Never | orbitkv_store::Retry::Rejected => {
+            Refusal::new(ErrorCode::Refused, detail)
+        }
     }
+}
+
+/// Retires `namespace`: once this returns, no record of it below the watermark reaches any
+/// page — its leases have ended, pinned reads refuse it, and no Load that began before is still
+/// copying.
+fn retire(shared: &Shared, namespace: [u8; 32]) -> Result<u64, Refusal> {
+    let ns = orbitkv_state::Namespace(namespace);
+    if !shared.store.namespaces().iter().any(|(n, _, _)| *n == ns) {
+        return Err(Refusal::new(
+            ErrorCode::UnknownNamespace,
+            format!("namespace {ns} is not registered in this store"),
+        ));
+    }
+    let _gate = shared
+        .retire_gate
+        .write()
+        .unwrap_or_else(|e| e.into_inner());
+    let watermark = shared
+        .store
+        .retire_namespace(ns)
+        .map_err(|e| store_refusal(&e, "retire"))?;
+    let ended = shared
+        .leases()
+        .end_namespace(&shared.store, ns, Instant::now());
+    tracing::info!(namespace = %ns, watermark, leases = ended, "namespace retired");
+    Ok(watermark)
 }

@@ -25,19 +25,32 @@ use crate::protocol::{ErrorCode, Message, Role};
 /// A client connection, as the server numbers them.
 pub type ConnId = u64;
 
-/// A request refused as a whole: the code and a readable account.
+/// A request refused as a whole: the code, when to retry, and a readable account.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     /// Why.
     pub code: ErrorCode,
+    /// For [`ErrorCode::RetryLater`], how long to wait before sending it again.
+    pub retry_after: Duration,
     /// What exactly.
     pub detail: String,
 }
 
 impl Refusal {
-    fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
+    /// A refusal with `code` (not to be retried as it is).
+    pub fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
         Self {
             code,
+            retry_after: Duration::ZERO,
+            detail: detail.into(),
+        }
+    }
+
+    /// A refusal the client may send again after `after`.
+    pub fn retry_later(after: Duration, detail: impl Into<String>) -> Self {
+        Self {
+            code: ErrorCode::RetryLater,
+            retry_after: after,
             detail: detail.into(),
         }
     }
@@ -46,9 +59,15 @@ impl Refusal {
     pub fn message(&self) -> Message {
         Message::Error {
             code: self.code,
+            retry_after_ms: millis(self.retry_after),
             detail: self.detail.clone(),
         }
     }
+}
+
+/// `d` in whole milliseconds on the wire, rounded up (a wait is never shortened), saturating.
+pub fn millis(d: Duration) -> u32 {
+    u32::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u32::MAX)
 }
 
 /// What the server must send after a registration or a timeout.
@@ -339,11 +358,6 @@ impl Sessions {
         gone.iter()
             .filter_map(|t| self.sessions.remove(t))
             .collect()
-    }
-
-    /// The session held on connection `conn`, if any.
-    pub fn session_of(&self, conn: ConnId) -> Option<&Session> {
-        self.sessions.values().find(|s| s.conn == conn)
     }
 
     /// Sessions now.

@@ -14,7 +14,7 @@ use orbitkv_gpu_bridge::{
 };
 use orbitkv_segments::RecordMeta;
 use orbitkv_state::{CacheGroupId, RankSpec, Ranks, StateKey, TokenRange};
-use orbitkv_store::{Pin, StateStore};
+use orbitkv_store::{Pin, Retry, StateStore};
 
 use crate::protocol::ErrorCode;
 use crate::protocol::PageStatus;
@@ -35,9 +35,18 @@ pub fn status_of(e: &BridgeError) -> PageStatus {
         BridgeError::Geometry(_) | BridgeError::Length { .. } | BridgeError::Region(_) => {
             PageStatus::BadGeometry
         }
-        BridgeError::TooManyLeases { .. } | BridgeError::Io { .. } | BridgeError::Device { .. } => {
-            PageStatus::Refused
-        }
+        BridgeError::TooManyLeases { .. } => PageStatus::RetryLater,
+        BridgeError::Io { .. } | BridgeError::Device { .. } => PageStatus::Refused,
+    }
+}
+
+/// The page status of a record the store did not take: to be published again later, refused
+/// for good, or never storable as named.
+pub fn store_status(e: &orbitkv_store::Error) -> PageStatus {
+    match e.retry() {
+        Retry::After(_) => PageStatus::RetryLater,
+        Retry::Never => PageStatus::Refused,
+        Retry::Rejected => PageStatus::Rejected,
     }
 }
 
@@ -50,7 +59,7 @@ pub fn register_pool(
     memory: PageMemory,
     fd: Option<OwnedFd>,
 ) -> Result<(), Refusal> {
-    let refuse = |code, d: String| Refusal { code, detail: d };
+    let refuse = |code, d: String| Refusal::new(code, d);
     let fd = fd.ok_or_else(|| {
         refuse(
             ErrorCode::Malformed,
@@ -110,12 +119,15 @@ fn device_pool(
     #[cfg(feature = "cuda")]
     {
         use orbitkv_gpu_bridge::cuda::{Cuda, CudaPool, DeviceRegion};
-        let refuse = |e: BridgeError| Refusal {
-            code: match e {
+        let refuse = |e: BridgeError| {
+            let code = match e {
                 BridgeError::Device { .. } => ErrorCode::Unsupported,
                 _ => ErrorCode::Malformed,
-            },
-            detail: format!("device pool {pool} on CUDA device {device}: {e}"),
+            };
+            Refusal::new(
+                code,
+                format!("device pool {pool} on CUDA device {device}: {e}"),
+            )
         };
         let cuda = Cuda::open(device).map_err(refuse)?;
         let len = spec.page_bytes.saturating_mul(u64::from(spec.pages));
@@ -127,12 +139,12 @@ fn device_pool(
     #[cfg(not(feature = "cuda"))]
     {
         let _ = (epoch, states, ipc_handle, offset);
-        Err(Refusal {
-            code: ErrorCode::Unsupported,
-            detail: format!(
+        Err(Refusal::new(
+            ErrorCode::Unsupported,
+            format!(
                 "device pool {pool} on CUDA device {device}: this daemon was built without the CUDA backend (the `cuda` feature); register a host pool, or run a daemon built with it"
             ),
-        })
+        ))
     }
 }
 
@@ -424,20 +436,47 @@ pub fn copy_out(
     Copied { statuses, records }
 }
 
+/// What storing a Publish's copies did.
+#[derive(Debug)]
+pub struct Stored {
+    /// Each page's final status, in request order (`Ok`: stored).
+    pub statuses: Vec<PageStatus>,
+    /// Whether every stored record is durable already (the store syncs each put).
+    pub durable: bool,
+    /// The longest wait the store asked for before a `RetryLater` page is sent again.
+    pub retry_after: std::time::Duration,
+}
+
+impl Stored {
+    fn refused(&mut self, at: usize, e: &orbitkv_store::Error) {
+        self.statuses[at] = store_status(e);
+        if let Retry::After(d) = e.retry() {
+            self.retry_after = self.retry_after.max(d);
+        }
+    }
+
+    /// The sync that was to make the stored records durable failed: none of them counts as
+    /// stored (the store dropped the records written since its last good sync).
+    pub fn sync_failed(&mut self, e: &orbitkv_store::Error) {
+        for at in 0..self.statuses.len() {
+            if self.statuses[at] == PageStatus::Ok {
+                self.refused(at, e);
+            }
+        }
+    }
+}
+
 /// Stores the copies as the records their blocks name, in bundles of at most
-/// [`PUBLISH_BUNDLE_BYTES`]; when the store refuses a bundle its records are stored one by one,
-/// so only the refused ones fail. Returns each page's final status (`Ok`: stored) and whether
-/// every stored record is durable already (the store syncs each put).
-pub fn store_copies(
-    store: &StateStore,
-    copied: Copied,
-    spare: &mut Spare,
-) -> (Vec<PageStatus>, bool) {
-    let Copied {
-        mut statuses,
-        records,
-    } = copied;
-    let mut durable = true;
+/// [`PUBLISH_BUNDLE_BYTES`]. When the store rejects a bundle for one of its records, they are
+/// stored one by one, so only the rejected ones fail; a bundle refused for the store's sake
+/// (full, read-only) fails whole, each page saying whether to publish it again.
+pub fn store_copies(store: &StateStore, copied: Copied, spare: &mut Spare) -> Stored {
+    let Copied { statuses, records } = copied;
+    let mut out = Stored {
+        statuses,
+        durable: true,
+        retry_after: std::time::Duration::ZERO,
+    };
     let mut start = 0;
     while start < records.len() {
         let mut end = start;
@@ -452,15 +491,20 @@ pub fn store_copies(
             .map(|(_, m, b)| (m.clone(), b.as_slice()))
             .collect();
         match store.put(&bundle) {
-            Ok(receipt) => durable &= receipt.durable,
-            // One record the store refuses (its range conflicts with a stored one, say) must
+            Ok(receipt) => out.durable &= receipt.durable,
+            // One record the store rejects (its range conflicts with a stored one, say) must
             // not take the others with it.
-            Err(_) => {
+            Err(e) if e.retry() == Retry::Rejected => {
                 for ((i, _, _), record) in batch.iter().zip(&bundle) {
                     match store.put(std::slice::from_ref(record)) {
-                        Ok(receipt) => durable &= receipt.durable,
-                        Err(_) => statuses[*i] = PageStatus::Refused,
+                        Ok(receipt) => out.durable &= receipt.durable,
+                        Err(e) => out.refused(*i, &e),
                     }
+                }
+            }
+            Err(e) => {
+                for (i, _, _) in batch {
+                    out.refused(*i, &e);
                 }
             }
         }
@@ -469,7 +513,7 @@ pub fn store_copies(
     for (_, _, b) in records {
         spare.give(b);
     }
-    (statuses, durable)
+    out
 }
 
 /// Copies one page out into `buf` (fenced, re-checked) and names the record it becomes.
@@ -490,7 +534,7 @@ fn copy_page(
         (Ranks::Replicated, RankSpec::Replicated) => RankSpec::Replicated,
         // A worker publishes its own shard only.
         (Ranks::Sharded(_), RankSpec::Rank(r)) if r == session_rank => RankSpec::Rank(r),
-        _ => return Err(PageStatus::Refused),
+        _ => return Err(PageStatus::Rejected),
     };
     let slot = match rank {
         RankSpec::Replicated => 0,

@@ -27,6 +27,7 @@ fn limit_exceeded(r: Result<impl std::fmt::Debug, SimError>) -> String {
         Err(SimError::Client(ClientError::Refused {
             code: ErrorCode::LimitExceeded,
             detail,
+            ..
         })) => detail,
         other => panic!("not refused for a limit: {other:?}"),
     }
@@ -57,6 +58,7 @@ fn an_acquire_past_the_pin_limit_is_refused_and_pins_nothing() {
         Err(ClientError::Refused {
             code: ErrorCode::LimitExceeded,
             detail,
+            ..
         }) => assert!(detail.contains("limit of 3"), "{detail}"),
         other => panic!("{other:?}"),
     }

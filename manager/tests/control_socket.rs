@@ -80,7 +80,7 @@ fn a_disagreeing_rank_refuses_the_seal_for_all_with_the_field_named() {
     assert_eq!(replies.len(), 3);
     for r in replies {
         match r {
-            Err(ClientError::Refused { code, detail }) => {
+            Err(ClientError::Refused { code, detail, .. }) => {
                 assert_eq!(code, ErrorCode::SealRefused);
                 assert!(detail.contains("computation identity"), "{detail}");
             }
@@ -96,7 +96,7 @@ fn a_missing_rank_times_the_seal_out() {
     let mut reg = registration("engine-c", Role::Scheduler, 0, 1);
     reg.seal_timeout_ms = 100;
     match c.request(&Message::Register(reg)) {
-        Err(ClientError::Refused { code, detail }) => {
+        Err(ClientError::Refused { code, detail, .. }) => {
             assert_eq!(code, ErrorCode::SealTimeout);
             assert!(detail.contains("worker 0"), "{detail}");
         }

@@ -187,7 +187,13 @@ fn every_message() -> Vec<Message> {
             pages: vec![PageStatus::Ok, PageStatus::ChangedDuringCopy],
         },
         Message::PublishDurable {
-            pages: vec![PageStatus::Ok, PageStatus::Refused],
+            pages: vec![
+                PageStatus::Ok,
+                PageStatus::Refused,
+                PageStatus::RetryLater,
+                PageStatus::Rejected,
+            ],
+            retry_after_ms: 1000,
         },
         Message::Released,
         Message::StatsReply {
@@ -197,7 +203,18 @@ fn every_message() -> Vec<Message> {
         Message::Synced,
         Message::Error {
             code: ErrorCode::SealRefused,
+            retry_after_ms: 0,
             detail: "ranks disagree on dtype".into(),
+        },
+        Message::Error {
+            code: ErrorCode::RetryLater,
+            retry_after_ms: 250,
+            detail: "no space left".into(),
+        },
+        Message::Error {
+            code: ErrorCode::UnknownNamespace,
+            retry_after_ms: 0,
+            detail: "namespace 00 is not registered".into(),
         },
     ]
 }

@@ -96,7 +96,7 @@ fn no_page_reused_mid_copy_is_stored() {
         let fin = worker
             .publish(req, |_| {})
             .unwrap_or_else(|e| panic!("{e}"));
-        match fin[0] {
+        match fin.pages[0] {
             PageStatus::Ok => stored.push(generation),
             PageStatus::ChangedDuringCopy => {
                 mid_copy += 1;

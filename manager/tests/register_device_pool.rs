@@ -47,6 +47,7 @@ fn a_device_pool_the_daemon_cannot_open_is_refused_saying_why() {
         Err(ClientError::Refused {
             code: ErrorCode::Unsupported,
             detail,
+            ..
         }) => {
             assert!(detail.contains("device pool 1"), "{detail}");
             assert!(detail.contains(expected_reason()), "{detail}");
@@ -59,6 +60,7 @@ fn a_device_pool_the_daemon_cannot_open_is_refused_saying_why() {
         Err(ClientError::Refused {
             code: ErrorCode::Malformed,
             detail,
+            ..
         }) => assert!(detail.contains("registration implies"), "{detail}"),
         other => panic!("a host region taken as a device pool's states: {other:?}"),
     }

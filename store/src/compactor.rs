@@ -1,8 +1,13 @@
 //! Compaction: sealed segments are rewritten with only their live records — still indexed at
 //! that very location with that sequence; retired, superseded and damaged records are dropped —
-//! into new sealed segments, committed by one manifest record before the inputs are deleted. A
-//! crash before the commit leaves both copies (the same records with the same sequences: recovery
-//! keeps one); after it, only the outputs count.
+//! into new sealed segments, committed by one manifest record before the inputs are deleted.
+//! Each copy takes a new record sequence, so the sequences within an output keep increasing;
+//! only a key's current record is copied, under the writer's lock, so no newer record is
+//! overtaken. A crash before the commit leaves both copies (the same bytes; recovery keeps the
+//! copy, whose sequence is newer); after it, only the outputs count.
+//!
+//! Salvage (`fsck --repair`) differs: its copies keep their sequences, so each input gets
+//! outputs of its own.
 
 use std::sync::Arc;
 
@@ -14,6 +19,7 @@ use orbitkv_wal::{ManifestRecord, SegmentSealed, SegmentState};
 use crate::error::{Error, Result};
 use crate::io::OpenMode;
 use crate::reclaimer::Log;
+use crate::recover::{MAX_SEGMENT_FILE_BYTES, read_whole};
 use crate::segment::{Active, SegmentFile, read_entry_payload, read_sealed};
 use crate::{StateStore, Writer};
 
@@ -201,7 +207,7 @@ impl StateStore {
         )?;
         w.next_sequence += 1;
         report.outputs.push(out.seg.id);
-        report.output_bytes += out.seg.file.size().unwrap_or(0);
+        report.output_bytes += self.size_or_known(w, &out.seg);
         Ok(out.seg.clone())
     }
 
@@ -236,7 +242,7 @@ impl StateStore {
                 continue;
             }
             inputs.push((id, file.clone()));
-            report.input_bytes += file.file.size().unwrap_or(0);
+            report.input_bytes += self.size_or_known(&w, &file);
             for e in &footer.entries {
                 let FrameBody::Record(meta) = &e.body else {
                     continue;
@@ -323,9 +329,10 @@ impl StateStore {
         for (id, file) in &inputs {
             w.probation.remove(id);
             self.superseded.segment_gone(*id);
-            let _ = self.io.remove_file(&file.path);
+            self.remove_segment_file(&file.path);
         }
-        let _ = self.io.sync_dir(&self.layout.segments());
+        self.sync_segments_dir();
+        // A file that could not be removed is still counted here.
         self.recount_used(&mut w);
         drop(w);
         tracing::info!(
@@ -344,7 +351,10 @@ impl StateStore {
     /// Rewrites segments whose records cannot all be trusted — bad records, or a header, trailer
     /// or footer that does not verify — by scanning their frames: every frame that verifies and
     /// is still the newest, unretired record of its key is copied (keeping its sequence) into new
-    /// segments; then the inputs are committed away and deleted. Used by `fsck --repair`.
+    /// segments; then the inputs are committed away and deleted. A file that cannot be read
+    /// (larger than any segment the store writes, say) gives nothing to copy and is deleted
+    /// too; one too large for this machine's memory stops the salvage with an error instead.
+    /// Used by `fsck --repair`.
     pub fn salvage(&self, ids: &[u64]) -> Result<CompactReport> {
         let mut w = self.writer();
         let mut report = CompactReport::default();
@@ -361,12 +371,24 @@ impl StateStore {
             }
             inputs.push(id);
             let path = self.layout.segment(id);
-            let bytes = match self.io.open(&path, OpenMode::Read).and_then(|f| {
-                let mut b = vec![0u8; usize::try_from(f.size()?).unwrap_or(0)];
-                f.read_exact_at(&mut b, 0).map(|()| b)
-            }) {
+            let bytes = match self
+                .io
+                .open(&path, OpenMode::Read)
+                .and_then(|f| read_whole(f.as_ref(), MAX_SEGMENT_FILE_BYTES))
+            {
                 Ok(b) => b,
-                Err(_) => continue, // nothing readable to salvage
+                // A file this machine cannot hold in memory is not known to be damaged: stop
+                // rather than delete it.
+                Err(e) if e.kind() == std::io::ErrorKind::OutOfMemory => {
+                    return Err(crate::error::io_err(&path, "read")(e));
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        path = %path.display(),
+                        "nothing to salvage from an unreadable segment ({e}); it is deleted"
+                    );
+                    continue;
+                }
             };
             report.input_bytes += bytes.len() as u64;
             let Ok(header) = SegmentHeader::decode(&bytes) else {
@@ -469,9 +491,9 @@ impl StateStore {
         }
         for id in &inputs {
             self.superseded.segment_gone(*id);
-            let _ = self.io.remove_file(&self.layout.segment(*id));
+            self.remove_segment_file(&self.layout.segment(*id));
         }
-        let _ = self.io.sync_dir(&self.layout.segments());
+        self.sync_segments_dir();
         Ok(report)
     }
 }

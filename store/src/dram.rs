@@ -4,10 +4,11 @@
 //! set so that, coming back, it goes straight to main; in main a read buys one more round. The
 //! policy was chosen by replaying the shared request trace (docs/performance.md).
 //!
-//! The tier is inclusive: every copy is of a record also on SSD, and is served only while the
-//! index still names that record (same key and sequence), so retiring, superseding or evicting a
-//! record on SSD makes its DRAM copy unreachable at once. Readers take a shard's read lock and
-//! copy; only inserts take the queue lock.
+//! The tier is inclusive: every copy is of a record also on SSD. The store serves a copy only
+//! for the record its caller asked by key and sequence — the one the index names now, or the
+//! one a pin holds — and never once the record's namespace is retired above it; so retiring,
+//! superseding or evicting a record on SSD makes its DRAM copy unreachable to every new read at
+//! once. Readers take a shard's read lock and copy; only inserts take the queue lock.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

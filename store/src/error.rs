@@ -1,6 +1,7 @@
 //! The store's error type. Every variant says what to do about it where an operator can act.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use orbitkv_state::Namespace;
 
@@ -56,13 +57,10 @@ pub enum Error {
     /// A put of a namespace that was never registered.
     #[error("namespace {0} is not registered")]
     UnknownNamespace(Namespace),
-    /// The store stopped accepting puts (no space, or a failed fsync sealed the segment off);
-    /// reads are still served.
-    #[error("the store refuses writes: {reason}")]
-    WritesRefused {
-        /// Why.
-        reason: String,
-    },
+    /// The store does not take this write now; reads are still served. [`Error::retry`] says
+    /// whether and when to try again.
+    #[error("the store refuses writes: {0}")]
+    WritesRefused(WriteRefusal),
     /// The SSD tier is full and every segment that could be reclaimed is pinned or still being
     /// written; the put may be retried once pins are released.
     #[error(
@@ -91,6 +89,102 @@ pub enum Error {
     /// An index error.
     #[error(transparent)]
     Index(#[from] orbitkv_index::Error),
+}
+
+/// Why the store refuses writes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteRefusal {
+    /// The store was opened read-only.
+    #[error("the store was opened read-only")]
+    ReadOnly,
+    /// The data directory's device reported no space; puts are tried again after `retry_after`.
+    #[error(
+        "no space left on the data directory's device; try again in {} ms (or free space)",
+        retry_after.as_millis()
+    )]
+    NoSpace {
+        /// How long until a put is tried again.
+        retry_after: Duration,
+    },
+    /// A manifest checkpoint could not be made durable: a record appended now could vanish with
+    /// its rename, so nothing is appended until the store is opened again.
+    #[error(
+        "the manifest checkpoint could not be made durable ({detail}); restart the daemon once the disk is healthy"
+    )]
+    CheckpointFailed {
+        /// The failure.
+        detail: String,
+    },
+    /// A segment active at the last shutdown could not be sealed on open (a full disk).
+    #[error(
+        "segment {segment}, active at the last shutdown, could not be sealed ({detail}); free space and restart the daemon"
+    )]
+    RecoveryUnsealed {
+        /// The segment.
+        segment: u64,
+        /// The failure.
+        detail: String,
+    },
+    /// Every segment id has been used (ids are never reused).
+    #[error("segment ids are exhausted; start a new data directory")]
+    SegmentIdsExhausted,
+    /// A failed write sealed the active segment off while this put waited; the next put starts
+    /// a new one.
+    #[error("the active segment was sealed off by a failed write; try again")]
+    SealedOff,
+}
+
+/// Whether a refused or failed request may succeed if sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Send it again after this long: the condition is transient (no space, a full SSD tier,
+    /// a failed write that sealed a segment off).
+    After(Duration),
+    /// This store takes no writes until an operator acts (read-only, a failed checkpoint,
+    /// ids exhausted, damage): stop sending them.
+    Never,
+    /// This request can never succeed as it is; others may (a record that conflicts with a
+    /// stored one, an unknown namespace, a bundle too large).
+    Rejected,
+}
+
+impl WriteRefusal {
+    /// Whether a write refused for this reason may succeed later.
+    pub fn retry(&self) -> Retry {
+        match self {
+            WriteRefusal::NoSpace { retry_after } => Retry::After(*retry_after),
+            WriteRefusal::SealedOff => Retry::After(Duration::ZERO),
+            WriteRefusal::ReadOnly
+            | WriteRefusal::CheckpointFailed { .. }
+            | WriteRefusal::RecoveryUnsealed { .. }
+            | WriteRefusal::SegmentIdsExhausted => Retry::Never,
+        }
+    }
+}
+
+impl Error {
+    /// Whether the request that failed with this error may succeed if sent again, and when.
+    /// An I/O error is transient (the failing segment is sealed off; the next write starts a
+    /// new one) and retried after [`crate::NO_SPACE_RETRY`] so a failing disk is not hammered.
+    pub fn retry(&self) -> Retry {
+        match self {
+            Error::WritesRefused(r) => r.retry(),
+            Error::Io { .. } | Error::CapacityExhausted { .. } => {
+                Retry::After(crate::NO_SPACE_RETRY)
+            }
+            Error::Index(orbitkv_index::Error::TooManyClasses { .. }) => Retry::Never,
+            Error::UnknownNamespace(_)
+            | Error::BadBundle(_)
+            | Error::Format(_)
+            | Error::Index(_) => Retry::Rejected,
+            Error::Locked { .. }
+            | Error::IncompatibleStore { .. }
+            | Error::Damaged { .. }
+            | Error::BadConfig(_)
+            | Error::Manifest(_) => Retry::Never,
+        }
+    }
 }
 
 /// Attaches a path and operation to an I/O error.

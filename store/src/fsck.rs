@@ -16,6 +16,8 @@ use orbitkv_wal::{ReplayStop, SegmentState, replay};
 use crate::dir::{Layout, open_header};
 use crate::error::{Error, Result, io_err};
 use crate::io::{Io, OpenMode};
+use crate::manifest::MAX_MANIFEST_BYTES;
+use crate::recover::{MAX_SEGMENT_FILE_BYTES, read_whole};
 use crate::{StateStore, StoreConfig};
 
 /// What was found in one segment.
@@ -176,12 +178,15 @@ pub fn check(
     let mfile = io
         .open(&mpath, OpenMode::Read)
         .map_err(io_err(&mpath, "open"))?;
-    let mlen = mfile.size().map_err(io_err(&mpath, "stat"))?;
-    let mut mbytes = vec![0u8; usize::try_from(mlen).unwrap_or(0)];
-    mfile
-        .read_exact_at(&mut mbytes, 0)
-        .map_err(io_err(&mpath, "read"))?;
-    report.bytes_read += mlen;
+    let mbytes = match read_whole(mfile.as_ref(), MAX_MANIFEST_BYTES) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+            report.fatal = Some(format!("manifest: {e}: not repairable in place"));
+            return Ok(report);
+        }
+        Err(e) => return Err(io_err(&mpath, "read")(e)),
+    };
+    report.bytes_read += mbytes.len() as u64;
     let r = replay(&mbytes);
     report.manifest_records = r.records;
     match r.stop {
@@ -211,27 +216,29 @@ pub fn check(
         .iter()
         .map(|(id, st)| (*id, *st))
         .collect();
-    let mut sizes = Vec::new();
-    for (id, _) in &listed {
-        let size = io
-            .open(&layout.segment(*id), OpenMode::Read)
-            .and_then(|f| f.size())
-            .unwrap_or(0);
-        sizes.push(size);
-    }
-    let total: u64 = sizes.iter().sum();
+    // For progress only: a file that cannot be sized or is too large to read counts 0.
+    let total: u64 = listed
+        .iter()
+        .map(|(id, _)| {
+            io.open(&layout.segment(*id), OpenMode::Read)
+                .and_then(|f| f.size())
+                .ok()
+                .filter(|&size| size <= MAX_SEGMENT_FILE_BYTES)
+                .unwrap_or(0)
+        })
+        .sum();
     let mut done = 0u64;
-    for ((id, st), size) in listed.into_iter().zip(sizes) {
+    for (id, st) in listed {
         let mut c = SegmentCheck {
             id,
             sealed: matches!(st, SegmentState::Sealed(..)),
             ..SegmentCheck::default()
         };
         let path = layout.segment(id);
-        let bytes = match io.open(&path, OpenMode::Read).and_then(|f| {
-            let mut b = vec![0u8; usize::try_from(size).unwrap_or(0)];
-            f.read_exact_at(&mut b, 0).map(|()| b)
-        }) {
+        let bytes = match io
+            .open(&path, OpenMode::Read)
+            .and_then(|f| read_whole(f.as_ref(), MAX_SEGMENT_FILE_BYTES))
+        {
             Ok(b) => b,
             Err(e) => {
                 if e.kind() != std::io::ErrorKind::NotFound || c.sealed {
@@ -241,9 +248,9 @@ pub fn check(
                 continue;
             }
         };
-        report.bytes_read += size;
-        done += size;
-        progress(done, total);
+        report.bytes_read += bytes.len() as u64;
+        done += bytes.len() as u64;
+        progress(done, total.max(done));
         let seg_header = match SegmentHeader::decode(&bytes) {
             Ok(h) if h.segment_id == id && h.directory_id == header.directory_id => h,
             Ok(_) => {
@@ -357,6 +364,11 @@ pub struct RepairReport {
     pub bad_records_dropped: u64,
     /// Orphan files removed.
     pub orphans_removed: Vec<String>,
+    /// Orphan files that could not be removed: (name, why). A later check finds them again.
+    pub orphans_not_removed: Vec<(String, String)>,
+    /// Why the segments directory could not be synced after the removals, if it could not:
+    /// removed files may then come back after a power loss (a later check finds them again).
+    pub dir_sync_failed: Option<String>,
 }
 
 /// Repairs what `report` (from [`check`]) found: opens the store (which truncates torn tails and
@@ -392,11 +404,21 @@ pub fn repair(io: Arc<dyn Io>, config: StoreConfig, report: &FsckReport) -> Resu
     store.close()?;
     for name in &report.orphans {
         let p = layout.segments().join(name);
-        if io.remove_file(&p).is_ok() {
-            out.orphans_removed.push(name.clone());
+        match io.remove_file(&p) {
+            Ok(()) => out.orphans_removed.push(name.clone()),
+            Err(e) => {
+                tracing::error!(path = %p.display(), "cannot remove an orphan file: {e}");
+                out.orphans_not_removed.push((name.clone(), e.to_string()));
+            }
         }
     }
-    let _ = io.sync_dir(&layout.segments());
+    if let Err(e) = io.sync_dir(&layout.segments()) {
+        tracing::error!(
+            path = %layout.segments().display(),
+            "cannot fsync the segments directory after repair: {e}"
+        );
+        out.dir_sync_failed = Some(e.to_string());
+    }
     Ok(out)
 }
 

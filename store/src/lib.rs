@@ -15,7 +15,8 @@
 //!   header, the CRC fused with the copy — a mismatch is a miss, a counted failure and the
 //!   record's removal from the index, never bytes returned.
 //! - [`StateStore::retire_namespace`] is one durable manifest record with a sequence watermark:
-//!   no older record of the namespace is served again, before or after a restart.
+//!   no older record of the namespace is served again, before or after a restart, from either
+//!   tier, through the index or through a pin taken before the retirement.
 //!
 //! Failure policy: a failed fsync is never retried as if the data were safe — the records written
 //! since the last good sync are dropped from the index (the older records they replaced are
@@ -48,7 +49,7 @@ pub mod stats;
 mod superseded;
 
 use std::any::Any;
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -65,9 +66,11 @@ pub use crate::compactor::{CompactReport, SegmentStat};
 pub use crate::dir::Layout;
 use crate::dram::DramTier;
 use crate::error::io_err;
-pub use crate::error::{Error, Result};
+pub use crate::error::{Error, Result, Retry, WriteRefusal};
 use crate::ghost::{Ghost, fingerprint};
 use crate::io::aligned::{DIRECT_ALIGN, aligned_buffer};
+pub use crate::manifest::MAX_MANIFEST_BYTES;
+pub use crate::recover::MAX_SEGMENT_FILE_BYTES;
 
 /// Reader-thread buffers larger than this are freed after use.
 const MAX_KEPT_READ_BUF: usize = 16 << 20;
@@ -173,7 +176,8 @@ pub struct PutReceipt {
 /// How full the tiers are, from [`StateStore::usage`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Usage {
-    /// File bytes of all segments.
+    /// File bytes of every file in the segments directory: the open segments, and files whose
+    /// deletion failed, orphans and quarantined segments.
     pub ssd_used: u64,
     /// The SSD budget, if any.
     pub ssd_budget: Option<u64>,
@@ -197,10 +201,11 @@ struct Writer {
     active: [Option<Active>; 2],
     next_sequence: u64,
     /// Writes are refused for good (read-only, a failed checkpoint, an unsealable recovery).
-    refuse: Option<String>,
+    refuse: Option<WriteRefusal>,
     /// The disk reported no space at this time; puts are refused until [`NO_SPACE_RETRY`] later.
     no_space_at: Option<Instant>,
-    /// File bytes of all segments.
+    /// File bytes of every file in the segments directory: the open segments, and files whose
+    /// deletion failed, orphans and quarantined segments.
     ssd_used: u64,
     /// Segments of the probation log (S3-FIFO). Segments recovered on open are in the main log.
     probation: BTreeSet<u64>,
@@ -225,6 +230,9 @@ pub struct StateStore {
     pins: Pins,
     read_marks: ReadMarks,
     superseded: Superseded,
+    /// Each retired namespace's watermark, as the manifest holds it: read without the writer's
+    /// lock by reads that bypass the index (pinned reads).
+    retired: RwLock<HashMap<Namespace, u64>>,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -305,9 +313,7 @@ impl StateStore {
             .max(manifest.state.last_sequence)
             .map_or(1, |s| s + 1);
         let mut segments = rec.segments;
-        let mut refuse = config
-            .read_only
-            .then(|| "the store was opened read-only".to_owned());
+        let mut refuse = config.read_only.then_some(WriteRefusal::ReadOnly);
         // Seal what was active (or forget it when empty): recovery scans only one active tail.
         // If that cannot be written (a full disk), the store still opens and serves reads.
         let actives = if config.read_only {
@@ -341,8 +347,22 @@ impl StateStore {
                     .map(|()| {
                         segments.remove(&id);
                         if let Some(a) = other {
-                            let _ = io.remove_file(&a.file.path);
-                            let _ = io.sync_dir(&layout.segments());
+                            if let Err(e) = io.remove_file(&a.file.path)
+                                && e.kind() != std::io::ErrorKind::NotFound
+                            {
+                                Stats::add(&stats.failed_deletes, 1);
+                                tracing::error!(
+                                    path = %a.file.path.display(),
+                                    "cannot delete an empty recovered segment file ({e}); it stays counted in the SSD budget until `orbitkv fsck --repair` removes it"
+                                );
+                            }
+                            if let Err(e) = io.sync_dir(&layout.segments()) {
+                                Stats::add(&stats.failed_dir_syncs, 1);
+                                tracing::warn!(
+                                    path = %layout.segments().display(),
+                                    "cannot fsync the segments directory after deleting a file ({e})"
+                                );
+                            }
                         }
                     }),
             };
@@ -353,7 +373,10 @@ impl StateStore {
                         segment = id,
                         "cannot seal a recovered segment, refusing writes: {e}"
                     );
-                    refuse = Some(format!("recovered segment {id} could not be sealed: {e}"));
+                    refuse = Some(WriteRefusal::RecoveryUnsealed {
+                        segment: id,
+                        detail: e.to_string(),
+                    });
                 }
             }
         }
@@ -372,6 +395,13 @@ impl StateStore {
         for (key, segment) in &rec_superseded {
             superseded.note(key, *segment);
         }
+        let retired = manifest
+            .state
+            .snapshot
+            .namespaces
+            .iter()
+            .filter_map(|(ns, st)| st.retired_below.map(|w| (*ns, w)))
+            .collect();
         let store = Self {
             io,
             layout,
@@ -397,6 +427,7 @@ impl StateStore {
             pins: Pins::default(),
             read_marks,
             superseded,
+            retired: RwLock::new(retired),
         };
         {
             let mut w = store.writer();
@@ -437,9 +468,7 @@ impl StateStore {
 
     fn writable(&self) -> Result<()> {
         if self.config.read_only {
-            return Err(Error::WritesRefused {
-                reason: "the store was opened read-only".to_owned(),
-            });
+            return Err(Error::WritesRefused(WriteRefusal::ReadOnly));
         }
         Ok(())
     }
@@ -448,9 +477,7 @@ impl StateStore {
     /// the manifest's rename undurable: a record appended now could vanish with it).
     fn manifest_writable(w: &Writer) -> Result<()> {
         match &w.refuse {
-            Some(reason) => Err(Error::WritesRefused {
-                reason: reason.clone(),
-            }),
+            Some(reason) => Err(Error::WritesRefused(reason.clone())),
             None => Ok(()),
         }
     }
@@ -468,11 +495,11 @@ impl StateStore {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers a namespace (durably), so its records may be put.
+    /// Registers a namespace (durably), so its records may be put. A namespace registered
+    /// already with the same summary is accepted also while writes are refused (a read-only
+    /// store still serves the namespaces it holds).
     pub fn register_namespace(&self, namespace: Namespace, info: NamespaceInfo) -> Result<()> {
-        self.writable()?;
         let mut w = self.writer();
-        Self::manifest_writable(&w)?;
         if w.manifest
             .state
             .snapshot
@@ -482,6 +509,8 @@ impl StateStore {
         {
             return Ok(());
         }
+        self.writable()?;
+        Self::manifest_writable(&w)?;
         let seq = w.next_sequence;
         w.manifest
             .append(seq, ManifestRecord::NamespaceRegistered { namespace, info })?;
@@ -504,8 +533,22 @@ impl StateStore {
             },
         )?;
         w.next_sequence += 1;
+        self.retired
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(namespace, seq);
         self.index.retire(&namespace, seq);
         Ok(seq)
+    }
+
+    /// Whether `namespace` was retired above `sequence`: a record of it with that sequence is
+    /// never served again, through the index or a pin.
+    pub fn is_retired(&self, namespace: &Namespace, sequence: u64) -> bool {
+        self.retired
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(namespace)
+            .is_some_and(|w| sequence < *w)
     }
 
     /// A new segment (for `log`'s appends, or for compaction output): the manifest names it
@@ -522,9 +565,7 @@ impl StateStore {
             .map_or(1, |s| s + 1);
         let id = seq;
         if u32::try_from(id).is_err() {
-            return Err(Error::WritesRefused {
-                reason: "segment ids are exhausted".to_owned(),
-            });
+            return Err(Error::WritesRefused(WriteRefusal::SegmentIdsExhausted));
         }
         let created = SegmentCreated {
             segment_id: id,
@@ -592,12 +633,18 @@ impl StateStore {
         };
         let id = active.seg.id;
         let records = active.entries.len() as u64;
-        w.ssd_used += active
-            .seg
-            .file
-            .size()
-            .unwrap_or(before)
-            .saturating_sub(before);
+        let after = match active.seg.file.size() {
+            Ok(n) => n,
+            Err(e) => {
+                Stats::add(&self.stats.failed_stats, 1);
+                tracing::warn!(
+                    path = %active.seg.path.display(),
+                    "cannot read a sealed segment's size ({e}); counting its largest footer"
+                );
+                before + active.seal_overhead()
+            }
+        };
+        w.ssd_used += after.saturating_sub(before);
         w.active[log as usize] = None;
         let seq = w.next_sequence;
         w.manifest.append(
@@ -615,9 +662,9 @@ impl StateStore {
             w.next_sequence += 1;
             if let Err(e) = w.manifest.checkpoint(self.io.as_ref(), seq) {
                 tracing::error!("manifest checkpoint failed, refusing writes: {e}");
-                w.refuse = Some(format!(
-                    "the manifest checkpoint could not be made durable: {e}"
-                ));
+                w.refuse = Some(WriteRefusal::CheckpointFailed {
+                    detail: e.to_string(),
+                });
                 return Err(e);
             }
         }
@@ -644,10 +691,18 @@ impl StateStore {
         active.drop_pending();
         let lost = active.entries.len() - active.unsynced_from;
         Stats::add(&self.stats.lost_records, lost as u64);
-        let _ = active
+        // Best effort: the segment takes no more appends either way, and the recount below
+        // counts whatever length it kept.
+        if let Err(e) = active
             .seg
             .file
-            .set_len(active.synced_len.max(SEGMENT_HEADER_LEN as u64));
+            .set_len(active.synced_len.max(SEGMENT_HEADER_LEN as u64))
+        {
+            tracing::warn!(
+                path = %active.seg.path.display(),
+                "cannot truncate a segment sealed off to its durable end ({e})"
+            );
+        }
         self.recount_used(w);
         tracing::error!(
             segment = active.seg.id,
@@ -700,16 +755,15 @@ impl StateStore {
     fn check_writable(&self, w: &mut Writer) -> Result<()> {
         if let Some(reason) = &w.refuse {
             Stats::add(&self.stats.refused_puts, 1);
-            return Err(Error::WritesRefused {
-                reason: reason.clone(),
-            });
+            return Err(Error::WritesRefused(reason.clone()));
         }
         if let Some(at) = w.no_space_at {
-            if at.elapsed() < NO_SPACE_RETRY {
+            let waited = at.elapsed();
+            if waited < NO_SPACE_RETRY {
                 Stats::add(&self.stats.refused_puts, 1);
-                return Err(Error::WritesRefused {
-                    reason: "no space left on the data directory's device".to_owned(),
-                });
+                return Err(Error::WritesRefused(WriteRefusal::NoSpace {
+                    retry_after: NO_SPACE_RETRY - waited,
+                }));
             }
             w.no_space_at = None;
         }
@@ -808,9 +862,7 @@ impl StateStore {
         }
         let first = w.next_sequence;
         let Some(active) = w.active[log as usize].as_mut() else {
-            return Err(Error::WritesRefused {
-                reason: "no active segment".to_owned(),
-            });
+            return Err(Error::WritesRefused(WriteRefusal::SealedOff));
         };
         let before = active.len;
         let coalesce = self.config.durability == Durability::Manual;
@@ -832,9 +884,7 @@ impl StateStore {
             self.sync_log(&mut w, log)?;
         }
         let Some(active) = w.active[log as usize].as_mut() else {
-            return Err(Error::WritesRefused {
-                reason: "the active segment was sealed off".to_owned(),
-            });
+            return Err(Error::WritesRefused(WriteRefusal::SealedOff));
         };
         let seg_id = active.seg.id;
         let seg = u32::try_from(seg_id).unwrap_or_default();

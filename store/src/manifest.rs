@@ -9,9 +9,17 @@ use orbitkv_wal::{ManifestRecord, ManifestState, ReplayStop, encode_record, repl
 use crate::dir::Layout;
 use crate::error::{Error, Result, io_err};
 use crate::io::{Io, IoFile, OpenMode};
+use crate::recover::read_whole;
 
 /// Records appended before the manifest is rewritten as a checkpoint, by default.
 pub const CHECKPOINT_EVERY: u64 = 4096;
+
+/// The largest manifest a store opens: a larger one is damaged (a sparse or runaway file) and
+/// refused without being read. Records other than a checkpoint are under a KiB each. A
+/// checkpoint is at most [`orbitkv_wal::record::MAX_RECORD_PAYLOAD`] (64 MiB) and is written
+/// once the log reaches [`CHECKPOINT_EVERY`] records or a quarter of this size, whichever comes
+/// first, at the next segment seal.
+pub const MAX_MANIFEST_BYTES: u64 = 1 << 30;
 
 /// The open manifest.
 pub(crate) struct Manifest {
@@ -51,10 +59,17 @@ impl Manifest {
         let file = io
             .open(&path, OpenMode::ReadWrite)
             .map_err(io_err(&path, "open"))?;
-        let len = file.size().map_err(io_err(&path, "stat"))?;
-        let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX)];
-        file.read_exact_at(&mut bytes, 0)
-            .map_err(io_err(&path, "read"))?;
+        let bytes = match read_whole(file.as_ref(), MAX_MANIFEST_BYTES) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+                return Err(Error::Damaged {
+                    path: layout.root.clone(),
+                    reason: format!("manifest: {e}"),
+                });
+            }
+            Err(e) => return Err(io_err(&path, "read")(e)),
+        };
+        let len = bytes.len() as u64;
         let r = replay(&bytes);
         let truncated = match &r.stop {
             ReplayStop::CleanEnd => false,
@@ -116,9 +131,10 @@ impl Manifest {
         Ok(())
     }
 
-    /// True when the log has grown past `every` records since its last checkpoint.
+    /// True when the log has grown past `every` records since its last checkpoint, or past a
+    /// quarter of [`MAX_MANIFEST_BYTES`].
     pub(crate) fn wants_checkpoint(&self, every: u64) -> bool {
-        self.since_checkpoint >= every
+        self.since_checkpoint >= every || self.len >= MAX_MANIFEST_BYTES / 4
     }
 
     /// The manifest file's length.

@@ -1,7 +1,9 @@
 //! Pins: a pinned record's bytes stay readable through [`StateStore::get_pinned`] until it is
-//! unpinned, whatever happens to its key meanwhile (superseded, retired, evicted from the index).
-//! A pin holds the segment file open and keeps the segment from being reclaimed or compacted,
-//! so the bytes it names stay where it names them. The manager's leases are pins.
+//! unpinned, whatever happens to its key meanwhile (superseded, evicted from the index) — except
+//! retirement: once its namespace is retired above the record's sequence, a pinned read refuses
+//! it, from either tier. A pin holds the segment file open and keeps the segment from being
+//! reclaimed or compacted, so the bytes it names stay where it names them. The manager's leases
+//! are pins.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -102,16 +104,21 @@ impl StateStore {
         true
     }
 
-    /// What `pin` holds (counted as a read), or `None` when it is not held.
+    /// What `pin` holds (counted as a read), or `None` when it is not held or its namespace
+    /// was retired above the record since it was pinned.
     fn pinned(&self, pin: Pin) -> Option<(StateKey, Record, Arc<SegmentFile>)> {
         let table = self.pins.table();
         let p = table.pins.get(&pin.0)?;
         Stats::add(&self.stats.gets, 1);
+        if self.is_retired(&p.key.namespace, p.record.sequence) {
+            Stats::add(&self.stats.misses, 1);
+            return None;
+        }
         Some((p.key, p.record, p.segment.clone()))
     }
 
     /// Reads the pinned record into `out`, verified as [`StateStore::get`] verifies. `None` when
-    /// the pin is not held or its bytes fail verification.
+    /// the pin is not held, its namespace was retired above it, or its bytes fail verification.
     pub fn get_pinned(&self, pin: Pin, out: &mut Vec<u8>) -> Result<Option<Record>> {
         let Some((key, record, segment)) = self.pinned(pin) else {
             return Ok(None);
@@ -127,7 +134,8 @@ impl StateStore {
 
     /// Calls `f` with the pinned record's bytes, verified as [`StateStore::get_pinned`] verifies,
     /// copying them at most once: the DRAM tier's copy is lent as it is; otherwise the record is
-    /// read into `scratch`. `None` when the pin is not held or the bytes fail verification.
+    /// read into `scratch`. `None` when the pin is not held, its namespace was retired above it,
+    /// or the bytes fail verification.
     pub fn with_pinned<R>(
         &self,
         pin: Pin,
@@ -155,8 +163,9 @@ impl StateStore {
     /// be exactly `len` bytes, into `dst`, verified as [`StateStore::get_pinned`] verifies: out
     /// of the DRAM tier's copy, or read from SSD straight into `dst` (checked chunk by chunk as
     /// the chunks arrive, no buffer between) — what fills a device pool's pinned staging
-    /// memory. `false` when the pin is not held, the payload is not `len` bytes, the range lies
-    /// past it, or the bytes fail verification; `dst` then holds nothing usable.
+    /// memory. `false` when the pin is not held, its namespace was retired above it, the payload
+    /// is not `len` bytes, the range lies past it, or the bytes fail verification; `dst` then
+    /// holds nothing usable.
     pub fn read_pinned_into(
         &self,
         pin: Pin,

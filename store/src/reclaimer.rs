@@ -18,16 +18,20 @@
 //! forward) lost to LRU at 10% (docs/performance.md has the numbers and the command).
 
 use std::collections::HashSet;
+use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
 use orbitkv_index::Tier;
-use orbitkv_segments::{FrameBody, RecordMeta};
+use orbitkv_segments::footer::{FOOTER_FIXED_LEN, INDEX_ENTRY_LEN, NAMESPACE_SUMMARY_LEN};
+use orbitkv_segments::segment_header::DIRECT_ALIGN;
+use orbitkv_segments::{FrameBody, RecordMeta, TRAILER_LEN};
 use orbitkv_state::StateKey;
 use orbitkv_wal::{ManifestRecord, SegmentState};
 
 use crate::error::{Error, Result};
 use crate::ghost::fingerprint;
-use crate::segment::{read_entry_payload, read_sealed};
+use crate::io::OpenMode;
+use crate::segment::{SegmentFile, read_entry_payload, read_sealed};
 use crate::stats::Stats;
 use crate::{StateStore, Writer};
 
@@ -123,10 +127,130 @@ impl ReadMarks {
 }
 
 impl StateStore {
-    /// File bytes of every segment, the active ones included.
+    /// File bytes of every file in the segments directory: the open segments, active ones
+    /// included, and every other file there (a file whose deletion failed, an orphan, a
+    /// quarantined segment), since each still takes disk space. A size that cannot be read
+    /// counts as what is known of the file ([`StateStore::known_size`]), never as 0. When the
+    /// directory cannot be listed, the count does not drop below the previous one.
     pub(crate) fn recount_used(&self, w: &mut Writer) {
         let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
-        w.ssd_used = segs.values().map(|s| s.file.size().unwrap_or(0)).sum();
+        let mut used: u64 = segs.values().map(|s| self.size_or_known(w, s)).sum();
+        let dir = self.layout.segments();
+        match self.io.list_dir(&dir) {
+            Ok(names) => {
+                let open: HashSet<&Path> = segs.values().map(|s| s.path.as_path()).collect();
+                for name in names {
+                    let path = dir.join(&name);
+                    if !open.contains(path.as_path()) {
+                        used += self.unopened_size(w, &path, &name);
+                    }
+                }
+            }
+            Err(e) => {
+                Stats::add(&self.stats.failed_stats, 1);
+                tracing::error!(
+                    path = %dir.display(),
+                    "cannot list the segments directory ({e}); the SSD budget keeps its previous count"
+                );
+                used = used.max(w.ssd_used);
+            }
+        }
+        w.ssd_used = used;
+    }
+
+    /// The size of open segment `seg`'s file; when it cannot be read, what is known of it
+    /// (counted and logged).
+    pub(crate) fn size_or_known(&self, w: &Writer, seg: &SegmentFile) -> u64 {
+        match seg.file.size() {
+            Ok(n) => n,
+            Err(e) => {
+                Stats::add(&self.stats.failed_stats, 1);
+                let known = self.known_size(w, seg.id);
+                tracing::warn!(
+                    path = %seg.path.display(),
+                    counted = known,
+                    "cannot read a segment file's size ({e}); counting what is known of it"
+                );
+                known
+            }
+        }
+    }
+
+    /// The size of a file in the segments directory that no open segment holds. A file gone
+    /// meanwhile takes nothing; a size that cannot be read counts as what is known of it.
+    fn unopened_size(&self, w: &Writer, path: &Path, name: &str) -> u64 {
+        match self.io.open(path, OpenMode::Read).and_then(|f| f.size()) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => {
+                Stats::add(&self.stats.failed_stats, 1);
+                let known = name
+                    .strip_suffix(".seg")
+                    .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+                    .map_or(self.config.segment_bytes, |id| self.known_size(w, id));
+                tracing::warn!(
+                    path = %path.display(),
+                    counted = known,
+                    "cannot read the size of a file in the segments directory ({e}); counting \
+                     what is known of it"
+                );
+                known
+            }
+        }
+    }
+
+    /// The most a segment file can hold as far as the store knows without asking the file: an
+    /// active segment's appended length; a sealed one's data end plus the largest footer and
+    /// trailer its record count allows; else a whole configured segment.
+    fn known_size(&self, w: &Writer, id: u64) -> u64 {
+        if let Some(a) = w.active.iter().flatten().find(|a| a.seg.id == id) {
+            return a.len;
+        }
+        match w.manifest.state.snapshot.segments.get(&id) {
+            Some(SegmentState::Sealed(_, sealed)) => {
+                let per_record = (INDEX_ENTRY_LEN + NAMESPACE_SUMMARY_LEN) as u64;
+                let fixed = (FOOTER_FIXED_LEN + 4 + TRAILER_LEN + DIRECT_ALIGN) as u64;
+                sealed
+                    .data_end
+                    .saturating_add(sealed.records.saturating_mul(per_record))
+                    .saturating_add(fixed)
+            }
+            _ => self.config.segment_bytes,
+        }
+    }
+
+    /// Removes a segment file whose deletion the manifest has committed. A failure is counted
+    /// and logged: the file stays counted in the SSD budget ([`StateStore::recount_used`]) and
+    /// `fsck --repair` removes it as an orphan.
+    pub(crate) fn remove_segment_file(&self, path: &Path) {
+        match self.io.remove_file(path) {
+            Ok(()) => {}
+            // Never created, or already gone: it takes no space.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                Stats::add(&self.stats.failed_deletes, 1);
+                tracing::error!(
+                    path = %path.display(),
+                    "cannot delete a segment file the manifest no longer lists ({e}); it stays \
+                     counted in the SSD budget until `orbitkv fsck --repair` removes it"
+                );
+            }
+        }
+    }
+
+    /// Makes the segments directory's removals durable. A failure is counted and logged: a
+    /// removed file may come back after a power loss, as an orphan that the SSD budget counts
+    /// and `fsck --repair` removes.
+    pub(crate) fn sync_segments_dir(&self) {
+        let dir = self.layout.segments();
+        if let Err(e) = self.io.sync_dir(&dir) {
+            Stats::add(&self.stats.failed_dir_syncs, 1);
+            tracing::warn!(
+                path = %dir.display(),
+                "cannot fsync the segments directory after deleting files ({e}); a deleted \
+                 file may come back after a power loss, as an orphan"
+            );
+        }
     }
 
     /// Reclaims segments until `need` more bytes fit the SSD budget. Fails with
@@ -198,7 +322,7 @@ impl StateStore {
             .probation
             .iter()
             .filter_map(|id| segs.get(id))
-            .map(|s| s.file.size().unwrap_or(0))
+            .map(|s| self.size_or_known(w, s))
             .sum();
         let oldest_probation = candidates.iter().find(|id| w.probation.contains(id));
         let oldest_main = candidates.iter().find(|id| !w.probation.contains(id));
@@ -307,7 +431,7 @@ impl StateStore {
             .remove(&id);
         w.probation.remove(&id);
         self.superseded.segment_gone(id);
-        let _ = self.io.remove_file(&file.path);
+        self.remove_segment_file(&file.path);
         Stats::add(&self.stats.reclaimed_segments, 1);
         Stats::add(&self.stats.evicted_records, dropped.len() as u64);
         Stats::add(&self.stats.reinserted_records, kept.len() as u64);

@@ -7,16 +7,84 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use orbitkv_index::{Index, Insert, Record, Tier};
+use orbitkv_segments::footer::{FOOTER_FIXED_LEN, INDEX_ENTRY_LEN, NAMESPACE_SUMMARY_LEN};
+use orbitkv_segments::segment_header::DIRECT_ALIGN;
 use orbitkv_segments::{
-    FrameBody, IndexEntry, ScanItem, ScanMode, Scanner, SegmentHeader, StopReason,
+    FRAME_HEADER_LEN, FrameBody, IndexEntry, MAX_PAYLOAD_LEN, ScanItem, ScanMode, Scanner,
+    SegmentHeader, StopReason, TRAILER_LEN,
 };
 use orbitkv_state::StateKey;
 use orbitkv_wal::{ManifestState, SegmentCreated, SegmentState};
 
 use crate::dir::Layout;
 use crate::error::{Result, io_err};
-use crate::io::{Io, OpenMode};
+use crate::io::{Io, IoFile, OpenMode};
 use crate::segment::{SegmentFile, read_sealed};
+
+/// Bytes read at a time when a file is read whole (the manifest, an active segment on open,
+/// every segment in fsck and repair).
+pub(crate) const WHOLE_READ_CHUNK: usize = 8 << 20;
+
+/// The largest segment file read whole; a larger one is damaged (a sparse or runaway file) and
+/// is reported without being read. Frames start at most at the index's largest offset, each at
+/// most a frame header, the largest payload and an alignment unit long. The footer lists each
+/// frame, of at least a frame header's length, with one entry and at most one namespace summary.
+/// The store's own segments stay far below this: at most [`crate::MAX_SEGMENT_BYTES`], or one
+/// bundle with its footer where a single bundle is larger.
+pub const MAX_SEGMENT_FILE_BYTES: u64 = {
+    let data =
+        orbitkv_index::MAX_OFFSET + (FRAME_HEADER_LEN + MAX_PAYLOAD_LEN + DIRECT_ALIGN) as u64;
+    let footer_per_frame = (INDEX_ENTRY_LEN + NAMESPACE_SUMMARY_LEN) as u64;
+    data + data / FRAME_HEADER_LEN as u64 * footer_per_frame
+        + (FOOTER_FIXED_LEN + 4 + TRAILER_LEN + DIRECT_ALIGN) as u64
+};
+
+/// The longest footer a sealed segment whose frames end before `data_end` can have: one entry
+/// and at most one namespace summary per frame, each frame at least a frame header long.
+pub(crate) fn max_footer_len(data_end: u64) -> u64 {
+    let per_frame = (INDEX_ENTRY_LEN + NAMESPACE_SUMMARY_LEN) as u64;
+    (data_end / FRAME_HEADER_LEN as u64).saturating_mul(per_frame) + FOOTER_FIXED_LEN as u64 + 4
+}
+
+/// Reads all of `file`, [`WHOLE_READ_CHUNK`] bytes at a time, into a buffer that grows as the
+/// bytes arrive; returns as many bytes as its size said at the start. A file over `limit` bytes
+/// fails with `FileTooLarge` before anything is read or allocated. Memory that cannot be had
+/// fails with `OutOfMemory` rather than aborting the process.
+pub(crate) fn read_whole(file: &dyn IoFile, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind};
+    let size = file.size()?;
+    let too_large = || {
+        Error::new(
+            ErrorKind::FileTooLarge,
+            format!(
+                "the file is {size} bytes, more than any the store writes ({limit}): damaged \
+                 (a sparse or runaway file)"
+            ),
+        )
+    };
+    if size > limit {
+        return Err(too_large());
+    }
+    let size = usize::try_from(size).map_err(|_| too_large())?;
+    let mut buf: Vec<u8> = Vec::new();
+    while buf.len() < size {
+        let n = WHOLE_READ_CHUNK.min(size - buf.len());
+        if buf.capacity() - buf.len() < n {
+            // Doubling keeps the copies linear in the size; the buffer never outgrows the file.
+            let want = buf.capacity().saturating_mul(2).clamp(buf.len() + n, size);
+            buf.try_reserve_exact(want - buf.len()).map_err(|e| {
+                Error::new(
+                    ErrorKind::OutOfMemory,
+                    format!("cannot hold the file's {size} bytes in memory: {e}"),
+                )
+            })?;
+        }
+        let at = buf.len();
+        buf.resize(at + n, 0);
+        file.read_exact_at(&mut buf[at..], at as u64)?;
+    }
+    Ok(buf)
+}
 
 /// What recovery found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -63,20 +131,6 @@ pub(crate) struct Recovered {
     pub(crate) report: RecoveryReport,
 }
 
-fn read_at(
-    file: &SegmentFile,
-    offset: u64,
-    len: usize,
-    report: &mut RecoveryReport,
-) -> Result<Vec<u8>> {
-    let mut buf = vec![0u8; len];
-    file.file
-        .read_exact_at(&mut buf, offset)
-        .map_err(io_err(&file.path, "read"))?;
-    report.bytes_read += len as u64;
-    Ok(buf)
-}
-
 /// Opens a sealed segment from its tail; a failure quarantines it.
 fn open_sealed(
     file: &SegmentFile,
@@ -103,8 +157,16 @@ fn open_active(
     read_only: bool,
     report: &mut RecoveryReport,
 ) -> Result<Option<(SegmentHeader, u64, Vec<IndexEntry>)>> {
-    let len = file.file.size().map_err(io_err(&file.path, "stat"))?;
-    let bytes = read_at(file, 0, usize::try_from(len).unwrap_or(usize::MAX), report)?;
+    let bytes = match read_whole(file.file.as_ref(), MAX_SEGMENT_FILE_BYTES) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+            report.quarantined.push((file.id, e.to_string()));
+            return Ok(None);
+        }
+        Err(e) => return Err(io_err(&file.path, "read")(e)),
+    };
+    report.bytes_read += bytes.len() as u64;
+    let len = bytes.len() as u64;
     let header = match SegmentHeader::decode(&bytes) {
         Ok(h)
             if h.sequence == created.segment_sequence

@@ -510,6 +510,11 @@ pub(crate) fn read_sealed(
     file: &SegmentFile,
 ) -> std::result::Result<(SegmentHeader, Trailer, Footer, u64), String> {
     let len = file.file.size().map_err(|e| e.to_string())?;
+    if len > crate::MAX_SEGMENT_FILE_BYTES {
+        return Err(format!(
+            "{len} bytes, more than any segment the store writes (a sparse or runaway file)"
+        ));
+    }
     let mut head = vec![0u8; 64.min(len as usize)];
     file.file
         .read_exact_at(&mut head, 0)
@@ -523,8 +528,19 @@ pub(crate) fn read_sealed(
         .read_exact_at(&mut tail, len - TRAILER_LEN as u64)
         .map_err(|e| e.to_string())?;
     let t = Trailer::decode(&tail, len).map_err(|e| format!("trailer: {e}"))?;
+    // A footer longer than its frames could need is refused before anything is allocated.
+    if t.footer_len > crate::recover::max_footer_len(t.footer_offset) {
+        return Err(format!(
+            "trailer: a footer of {} bytes is longer than {} bytes of frames can need",
+            t.footer_len, t.footer_offset
+        ));
+    }
     let footer_len = usize::try_from(t.footer_len).map_err(|_| "footer length".to_owned())?;
-    let mut footer = vec![0u8; footer_len];
+    let mut footer = Vec::new();
+    footer
+        .try_reserve_exact(footer_len)
+        .map_err(|e| format!("footer of {footer_len} bytes: {e}"))?;
+    footer.resize(footer_len, 0);
     file.file
         .read_exact_at(&mut footer, t.footer_offset)
         .map_err(|e| e.to_string())?;

@@ -26,6 +26,9 @@ pub struct Stats {
     pub(crate) evicted_records: AtomicU64,
     pub(crate) reinserted_records: AtomicU64,
     pub(crate) pins: AtomicU64,
+    pub(crate) failed_deletes: AtomicU64,
+    pub(crate) failed_dir_syncs: AtomicU64,
+    pub(crate) failed_stats: AtomicU64,
 }
 
 /// A snapshot of [`Stats`].
@@ -73,6 +76,15 @@ pub struct StatsSnapshot {
     pub reinserted_records: u64,
     /// Pins taken.
     pub pins: u64,
+    /// Segment files the store meant to delete (compaction, reclaim, salvage) but could not.
+    /// Such a file stays counted in the SSD budget until it is gone; `fsck --repair` removes it.
+    pub failed_deletes: u64,
+    /// Directory fsyncs after deleting segment files that failed. The deletions may then not
+    /// survive a power loss; a file that comes back is an orphan, counted in the SSD budget.
+    pub failed_dir_syncs: u64,
+    /// Size queries (stat) of a segment file that failed. The SSD budget then counts the size
+    /// the manifest or the writer knows for it, or a whole configured segment, never 0.
+    pub failed_stats: u64,
 }
 
 impl Stats {
@@ -105,6 +117,9 @@ impl Stats {
             evicted_records: g(&self.evicted_records),
             reinserted_records: g(&self.reinserted_records),
             pins: g(&self.pins),
+            failed_deletes: g(&self.failed_deletes),
+            failed_dir_syncs: g(&self.failed_dir_syncs),
+            failed_stats: g(&self.failed_stats),
         }
     }
 }

@@ -91,7 +91,7 @@ fn from_a_real_file_with_the_default_backend_every_range_is_exact() {
     // io_uring and O_DIRECT where this file system takes them: the chunks arrive as the
     // device delivers them.
     let dir = tempfile::tempdir().unwrap();
-    let (io, direct) = orbitkv_store::io::default_for(dir.path());
+    let (io, direct) = default_backend(dir.path());
     let mut c = config(16 << 20, Durability::EveryPut);
     c.data_dir = dir.path().join("data");
     if direct {

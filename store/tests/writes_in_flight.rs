@@ -151,7 +151,7 @@ fn a_power_loss_with_writes_in_flight_keeps_what_was_synced() {
 #[test]
 fn readers_racing_writes_in_flight_never_see_other_bytes() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let (io, direct): (Arc<dyn Io>, bool) = store_io::default_for(dir.path());
+    let (io, direct) = default_backend(dir.path());
     let alignment = if direct {
         orbitkv_segments::Alignment::Direct
     } else {
@@ -164,6 +164,7 @@ fn readers_racing_writes_in_flight_never_see_other_bytes() {
 #[test]
 fn readers_racing_buffered_writes_in_flight_never_see_other_bytes() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    uring_or_skip("buffered writes in flight");
     let io: Arc<dyn Io> = Arc::new(store_io::uring::UringIo::buffered());
     race(
         io,

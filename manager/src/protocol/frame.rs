@@ -8,7 +8,7 @@ use super::error::{ProtocolError, Result};
 /// The first bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"OKVM";
 /// The protocol version this build speaks.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Bytes of a frame header.
 pub const HEADER_LEN: usize = 24;
 /// Default limit on a message body; the daemon's is configurable.
@@ -130,11 +130,12 @@ mod tests {
             FrameHeader::decode(&h, 3),
             Err(ProtocolError::TooLarge { len: 4, max: 3 })
         ));
+        // Another version (here the previous one) is refused.
         let mut v = h;
-        v[4] = 2;
+        v[4] = 1;
         assert!(matches!(
             FrameHeader::decode(&v, 16),
-            Err(ProtocolError::UnknownVersion { got: 2, .. })
+            Err(ProtocolError::UnknownVersion { got: 1, .. })
         ));
         let mut m = h;
         m[0] = b'X';

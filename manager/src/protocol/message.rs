@@ -183,12 +183,20 @@ pub enum PageStatus {
     Missing,
     /// The request does not fit the pool's geometry (layers, lengths).
     BadGeometry,
-    /// The store refused the record (full, failing disk).
+    /// Refused for good: the store takes no writes until an operator acts (read-only, a failed
+    /// manifest checkpoint, ids exhausted), or the pool's memory or device failed. Stop sending
+    /// this kind of request to this daemon (Publish) or pool.
     Refused,
+    /// Not done now, may be done later: the disk or the SSD tier is full, a failed write sealed
+    /// a segment off, the page's lease count is saturated. Send it again later.
+    RetryLater,
+    /// This record can never be stored as named (its token range conflicts with a stored
+    /// record of its key, or it is too large); other pages are unaffected.
+    Rejected,
 }
 
 impl PageStatus {
-    const ALL: [PageStatus; 10] = [
+    const ALL: [PageStatus; 12] = [
         PageStatus::Ok,
         PageStatus::StaleGeneration,
         PageStatus::StaleEpoch,
@@ -199,6 +207,8 @@ impl PageStatus {
         PageStatus::Missing,
         PageStatus::BadGeometry,
         PageStatus::Refused,
+        PageStatus::RetryLater,
+        PageStatus::Rejected,
     ];
 
     /// The wire code.
@@ -237,17 +247,24 @@ pub enum ErrorCode {
     UnknownLease,
     /// The peer's credentials are not allowed.
     NotPermitted,
-    /// The store refused the operation.
+    /// Refused for good: the store takes no writes until an operator acts (read-only, a failed
+    /// manifest checkpoint, ids exhausted, damage). Do not send it again to this daemon.
     Refused,
     /// Something failed inside the daemon.
     Internal,
     /// This daemon cannot do it here: a device pool on a daemon built without the CUDA
     /// backend, or on a machine without the driver or the device. The detail says which.
     Unsupported,
+    /// Not done now, may be done later (the disk or SSD tier full, a failed write, a proven
+    /// record that left the store before it was pinned): send it again after the error's
+    /// retry-after.
+    RetryLater,
+    /// The request names a namespace this store does not hold.
+    UnknownNamespace,
 }
 
 impl ErrorCode {
-    const ALL: [ErrorCode; 11] = [
+    const ALL: [ErrorCode; 13] = [
         ErrorCode::Malformed,
         ErrorCode::BadToken,
         ErrorCode::StaleEpoch,
@@ -259,6 +276,8 @@ impl ErrorCode {
         ErrorCode::Refused,
         ErrorCode::Internal,
         ErrorCode::Unsupported,
+        ErrorCode::RetryLater,
+        ErrorCode::UnknownNamespace,
     ];
 
     /// The wire code (from 1).
@@ -380,6 +399,9 @@ pub enum Message {
     PublishDurable {
         /// Per page.
         pages: Vec<PageStatus>,
+        /// For pages with status [`PageStatus::RetryLater`], the wait in milliseconds the store
+        /// asks for before they are sent again (0: at once, or no such page).
+        retry_after_ms: u32,
     },
     /// The lease ended.
     Released,
@@ -399,6 +421,9 @@ pub enum Message {
     Error {
         /// Why.
         code: ErrorCode,
+        /// For [`ErrorCode::RetryLater`], the wait in milliseconds before sending it again;
+        /// 0 for every other code.
+        retry_after_ms: u32,
         /// A readable account.
         detail: String,
     },
@@ -770,17 +795,30 @@ impl Message {
                 w.u64(*lease).u32(*ttl_ms);
                 proof(&mut w, p);
             }
-            Message::Loaded { pages }
-            | Message::PublishCopied { pages }
-            | Message::PublishDurable { pages } => statuses(&mut w, pages),
+            Message::Loaded { pages } | Message::PublishCopied { pages } => {
+                statuses(&mut w, pages);
+            }
+            Message::PublishDurable {
+                pages,
+                retry_after_ms,
+            } => {
+                statuses(&mut w, pages);
+                w.u32(*retry_after_ms);
+            }
             Message::StatsReply { text } => {
                 w.bytes32(text.as_bytes());
             }
             Message::Retired { watermark } => {
                 w.u64(*watermark);
             }
-            Message::Error { code, detail } => {
-                w.u16(code.code()).bytes16(detail.as_bytes());
+            Message::Error {
+                code,
+                retry_after_ms,
+                detail,
+            } => {
+                w.u16(code.code())
+                    .u32(*retry_after_ms)
+                    .bytes16(detail.as_bytes());
             }
         }
         w.into_bytes()
@@ -990,6 +1028,7 @@ impl Message {
             },
             kind::PUBLISH_DURABLE => Message::PublishDurable {
                 pages: read_statuses(r)?,
+                retry_after_ms: r.u32("retry after")?,
             },
             kind::RELEASED => Message::Released,
             kind::STATS_REPLY => {
@@ -1007,6 +1046,7 @@ impl Message {
             kind::SYNCED => Message::Synced,
             kind::ERROR => Message::Error {
                 code: ErrorCode::from_code(r.u16("error code")?)?,
+                retry_after_ms: r.u32("retry after")?,
                 detail: r.text16("detail")?,
             },
             other => return Err(ProtocolError::UnknownType(other)),

@@ -337,7 +337,7 @@ impl Worker {
                 });
             }
             // The first reply frees the pages; the second says which records are stored.
-            let statuses = self.client.publish(
+            let stored = self.client.publish(
                 PublishRequest {
                     token: self.token,
                     epoch,
@@ -346,7 +346,7 @@ impl Worker {
                 |_| {},
             )?;
             let mut ok = 0;
-            for (it, st) in batch.iter().zip(&statuses) {
+            for (it, st) in batch.iter().zip(&stored.pages) {
                 if *st == PageStatus::Ok {
                     ok += 1;
                     done.bytes += self

@@ -2,6 +2,8 @@
 
 #![allow(dead_code, reason = "shared by several test files; each uses a subset")]
 
+pub mod pages;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -32,6 +34,15 @@ pub fn store(dir: &Path) -> Arc<StateStore> {
     Arc::new(StateStore::open(io, c).unwrap_or_else(|e| panic!("{e}")))
 }
 
+/// A store on the fault-injecting backend `io`, syncing every put as `orbitkv serve` does.
+pub fn fault_store(io: &orbitkv_store::io::fault::FaultIo, read_only: bool) -> Arc<StateStore> {
+    let mut c = StoreConfig::new("data");
+    c.durability = orbitkv_store::Durability::EveryPut;
+    c.read_only = read_only;
+    let io: Arc<dyn orbitkv_store::io::Io> = Arc::new(io.clone());
+    Arc::new(StateStore::open(io, c).unwrap_or_else(|e| panic!("{e}")))
+}
+
 /// A daemon serving in a thread of this process, on a fresh store.
 pub struct Daemon {
     pub socket: PathBuf,
@@ -45,11 +56,20 @@ impl Daemon {
     /// Starts one with `config` adjusted by `tune` (a 300 ms frame timeout by default).
     pub fn start_with(tune: impl FnOnce(&mut ServerConfig)) -> Self {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let store = store(&dir.path().join("data"));
+        Self::serve(store, dir, tune)
+    }
+
+    /// Starts one serving `store`, its socket in `dir`.
+    pub fn serve(
+        store: Arc<StateStore>,
+        dir: tempfile::TempDir,
+        tune: impl FnOnce(&mut ServerConfig),
+    ) -> Self {
         let socket = dir.path().join("orbitkv.sock");
         let mut config = ServerConfig::new(&socket);
         config.frame_timeout = std::time::Duration::from_millis(300);
         tune(&mut config);
-        let store = store(&dir.path().join("data"));
         let server = Server::bind(config, store.clone()).unwrap_or_else(|e| panic!("{e}"));
         let stopper = server.stopper();
         let thread = std::thread::spawn(move || server.run().unwrap_or_else(|e| panic!("{e}")));
@@ -60,6 +80,12 @@ impl Daemon {
             thread: Some(thread),
             _dir: dir,
         }
+    }
+
+    /// Starts one serving `store` (its socket in a fresh temporary directory).
+    pub fn on(store: Arc<StateStore>) -> Self {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        Self::serve(store, dir, |_| {})
     }
 
     /// Starts one with the defaults.

@@ -547,13 +547,26 @@ impl Io for UringIo {
 mod tests {
     use super::*;
 
+    /// Paths this machine may lack: reported `SKIPPED:`, or a failure where the environment
+    /// requires them (as in the integration tests).
+    mod require {
+        #![allow(dead_code, reason = "shared with the integration tests")]
+        include!("../../tests/common/require.rs");
+    }
+
     /// The buffered backend, and the direct one where the file system takes `O_DIRECT`.
     fn backends(dir: &Path) -> Vec<UringIo> {
-        let mut v = vec![UringIo::buffered()];
-        match UringIo::probe(dir) {
-            Ok(d) => v.push(d),
-            Err(e) => eprintln!("O_DIRECT unsupported here ({e}): buffered only"),
+        if !available() {
+            let why = "the kernel refuses a ring; the I/O runs synchronously";
+            require::skipped(require::REQUIRE_URING, "io_uring", &why);
         }
+        let mut v = vec![UringIo::buffered()];
+        let what = format!("O_DIRECT in {}", dir.display());
+        v.extend(require::or_skip(
+            UringIo::probe(dir),
+            require::REQUIRE_DIRECT,
+            &what,
+        ));
         v
     }
 
@@ -630,7 +643,8 @@ mod tests {
         // waiting for a slot.
         let done = f.complete_writes(0)?;
         if in_flight == 0 {
-            eprintln!("io_uring unavailable here: the writes were synchronous");
+            let why = "no write stayed in flight: they were synchronous";
+            require::skipped(require::REQUIRE_URING, "io_uring writes", &why);
         }
         assert_eq!(done.len(), in_flight);
         assert!(f.complete_writes(0)?.is_empty(), "nothing left in flight");
@@ -653,9 +667,10 @@ mod tests {
     #[test]
     fn aligned_and_unaligned_requests_round_trip() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
-        let Ok(io) = UringIo::probe(dir.path()) else {
-            // Not every file system takes O_DIRECT; the probe is what the store relies on.
-            eprintln!("O_DIRECT unsupported here; the buffered path is covered by StdIo's tests");
+        // Not every file system takes O_DIRECT; the probe is what the store relies on.
+        let what = format!("O_DIRECT in {}", dir.path().display());
+        let Some(io) = require::or_skip(UringIo::probe(dir.path()), require::REQUIRE_DIRECT, &what)
+        else {
             return Ok(());
         };
         let f = io.open(&dir.path().join("f"), OpenMode::CreateNew)?;

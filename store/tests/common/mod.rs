@@ -1,4 +1,5 @@
-//! Shared helpers: namespaces, keys, deterministic payloads, stores on the fault backend.
+//! Shared helpers: namespaces, keys, deterministic payloads, stores on the fault backend, and
+//! the real I/O paths a machine may lack (reported `SKIPPED:`, or required: [`require`]).
 
 #![expect(
     clippy::unwrap_used,
@@ -6,6 +7,9 @@
 )]
 #![allow(dead_code, reason = "shared by several test files; each uses a subset")]
 
+pub mod require;
+
+use std::path::Path;
 use std::sync::Arc;
 
 use orbitkv_segments::RecordMeta;
@@ -15,6 +19,7 @@ use orbitkv_state::{
 };
 use orbitkv_store::io::Io;
 use orbitkv_store::io::fault::FaultIo;
+use orbitkv_store::io::uring::{self, UringIo};
 use orbitkv_store::{Durability, StateStore, StoreConfig};
 use orbitkv_wal::NamespaceInfo;
 
@@ -113,4 +118,42 @@ pub fn check(store: &StateStore, seed: u64, i: u64, len: usize) -> Option<bool> 
     let r = store.get(&key(i), &mut out).unwrap()?;
     assert_eq!(r.range, meta(i).range);
     Some(out == payload(seed, i, len))
+}
+
+/// The `O_DIRECT` backend in `dir` (created if missing), or `None` after reporting the skip
+/// (a failure where `ORBITKV_REQUIRE_DIRECT=1`).
+pub fn direct_or_skip(dir: &Path) -> Option<UringIo> {
+    let what = format!("O_DIRECT in {}", dir.display());
+    require::or_skip(UringIo::probe(dir), require::REQUIRE_DIRECT, &what)
+}
+
+/// Whether this kernel gives an io_uring; when not, reports that `what` runs synchronously
+/// (a failure where `ORBITKV_REQUIRE_URING=1`).
+pub fn uring_or_skip(what: &str) -> bool {
+    let ok = uring::available();
+    if !ok {
+        let why = "the kernel refuses a ring; the I/O ran synchronously";
+        require::skipped(
+            require::REQUIRE_URING,
+            &format!("io_uring for {what}"),
+            &why,
+        );
+    }
+    ok
+}
+
+/// The backend the store picks for `dir` and whether it is direct, as `orbitkv serve` does;
+/// reports (or fails on, where required) each of `O_DIRECT` and io_uring it goes without.
+pub fn default_backend(dir: &Path) -> (Arc<dyn Io>, bool) {
+    let (io, direct) = orbitkv_store::io::default_for(dir);
+    if !direct {
+        let why = UringIo::probe_in(dir).err().map_or_else(
+            || "the store's probe refused it".to_owned(),
+            |e| format!("{e}; the store ran buffered"),
+        );
+        let what = format!("O_DIRECT in {}", dir.display());
+        require::skipped(require::REQUIRE_DIRECT, &what, &why);
+    }
+    uring_or_skip("the default backend");
+    (io, direct)
 }

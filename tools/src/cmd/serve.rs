@@ -83,15 +83,17 @@ fn page_backend() -> String {
     {
         match orbitkv_gpu_bridge::cuda::Cuda::open(0) {
             Ok(c) => format!(
-                "host; CUDA device {} found (engines register host pools in this release)",
+                "host, and CUDA device pools registered through the protocol (CUDA device {} found)",
                 c.device()
             ),
-            Err(e) => format!("host (CUDA unavailable: {e})"),
+            Err(e) => {
+                format!("host (CUDA unavailable: {e}; device pools are refused as unsupported)")
+            }
         }
     }
     #[cfg(not(feature = "cuda"))]
     {
-        "host (built without the cuda feature)".to_owned()
+        "host (built without the cuda feature; device pools are refused as unsupported)".to_owned()
     }
 }
 

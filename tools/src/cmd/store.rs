@@ -162,14 +162,25 @@ pub fn fsck(a: &FsckArgs, out: &Output) -> Result<(), Failure> {
     }
     let done = repair(io(), StoreConfig::new(&a.data_dir), &first).map_err(op)?;
     let after = check(io().as_ref(), &a.data_dir, &|_, _| {}).map_err(op)?;
+    let mut left = String::new();
+    for (name, why) in &done.orphans_not_removed {
+        left.push_str(&format!("orphan {name} could not be removed: {why}\n"));
+    }
+    if let Some(why) = &done.dir_sync_failed {
+        left.push_str(&format!(
+            "the segments directory could not be synced ({why}): removed files may come back after a power loss\n"
+        ));
+    }
+    // Clean only when nothing is left now and nothing removed can come back.
+    let clean = after.is_clean() && done.dir_sync_failed.is_none();
     let text = format!(
-        "{}repaired: {} torn tails truncated, {} segments rewritten, {} bad records dropped, {} orphans removed\n{}",
+        "{}repaired: {} torn tails truncated, {} segments rewritten, {} bad records dropped, {} orphans removed\n{left}{}",
         summary(&first),
         done.torn_tails_truncated,
         done.segments_rewritten.len(),
         done.bad_records_dropped,
         done.orphans_removed.len(),
-        if after.is_clean() {
+        if clean {
             "now clean\n"
         } else {
             "problems remain\n"
@@ -184,9 +195,15 @@ pub fn fsck(a: &FsckArgs, out: &Output) -> Result<(), Failure> {
             "segments_rewritten": done.segments_rewritten,
             "bad_records_dropped": done.bad_records_dropped,
             "orphans_removed": done.orphans_removed,
+            "orphans_not_removed": done
+                .orphans_not_removed
+                .iter()
+                .map(|(name, why)| json!({ "name": name, "why": why }))
+                .collect::<Vec<_>>(),
+            "dir_sync_failed": done.dir_sync_failed,
         })
     })?;
-    if after.is_clean() {
+    if clean {
         Err(Failure::with_code(
             FSCK_REPAIRED,
             "problems found and repaired",
