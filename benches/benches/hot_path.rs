@@ -28,21 +28,17 @@
 
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use orbitkv_benches::{env_u64, median_of as median};
+use orbitkv_benches::{Daemon, env_u64, median_of as median};
 use orbitkv_gpu_bridge::{HostPool, PageRef};
 use orbitkv_manager::client::Client;
 use orbitkv_manager::protocol::message::{
     GroupHashes, LoadPage, LoadRequest, PublishPage, PublishRequest, QueryRequest, Token,
 };
 use orbitkv_manager::protocol::{DEFAULT_MAX_BODY, Message, Role, read_frame};
-use orbitkv_manager::server::{Server, ServerConfig, Stopper};
 use orbitkv_manager::sim::SimInstance;
-use orbitkv_segments::Alignment;
-use orbitkv_store::{Durability, StateStore, StoreConfig};
 
 /// Pages per Load or Publish.
 const PAGES: u32 = 64;
@@ -70,50 +66,6 @@ fn hash(round: u32, block: u32) -> Vec<u8> {
     h[4..8].copy_from_slice(&block.to_le_bytes());
     h[31] = 0xB3;
     h
-}
-
-struct Daemon {
-    socket: PathBuf,
-    metrics: Box<dyn Fn() -> String>,
-    stopper: Stopper,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Daemon {
-    /// A daemon as `orbitkv serve` runs it: the probed backend (O_DIRECT where it works), a
-    /// sync per put, a 1 GiB DRAM tier.
-    fn start(dir: &Path) -> Self {
-        let data = dir.join("data");
-        std::fs::create_dir_all(&data).unwrap();
-        let (io, direct) = orbitkv_store::io::default_for(&data);
-        let mut c = StoreConfig::new(&data);
-        c.durability = Durability::EveryPut;
-        if direct {
-            c.alignment = Alignment::Direct;
-        }
-        c.dram_bytes = 1 << 30;
-        let store = Arc::new(StateStore::open(io, c).unwrap());
-        let socket = dir.join("orbitkv.sock");
-        let server = Server::bind(ServerConfig::new(&socket), store).unwrap();
-        let stopper = server.stopper();
-        let metrics = Box::new(server.metrics_source());
-        let thread = std::thread::spawn(move || server.run().unwrap());
-        Self {
-            socket,
-            metrics,
-            stopper,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.stopper.stop();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 /// The scheduler's and the worker's clients and tokens, and the epoch.
@@ -233,7 +185,7 @@ fn main() {
     // on a virtual machine a wake-up's cost depends on where the threads run, so the daemon and
     // the echo baseline get the same placement.
     let pinned = orbitkv_benches::pin_to(1);
-    let d = Daemon::start(tmp.path());
+    let d = Daemon::start(tmp.path(), 1 << 30);
     if pinned {
         orbitkv_benches::pin_to(0);
     }

@@ -121,3 +121,60 @@ pub fn median_of(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
+
+/// The daemon in process, as `orbitkv serve` runs it: the probed backend (O_DIRECT where it
+/// works), records held back until a group commit made them durable, a DRAM tier of
+/// `dram_bytes`; its socket in `dir`. Stopped when dropped.
+pub struct Daemon {
+    /// Its socket.
+    pub socket: std::path::PathBuf,
+    /// Its metrics text, rendered on call.
+    pub metrics: Box<dyn Fn() -> String>,
+    stopper: orbitkv_manager::server::Stopper,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Daemon {
+    /// Starts one on a store in `dir/data`.
+    #[expect(
+        clippy::unwrap_used,
+        reason = "a benchmark harness: a failed setup step ends the run"
+    )]
+    pub fn start(dir: &std::path::Path, dram_bytes: u64) -> Self {
+        use orbitkv_store::{Durability, StateStore, StoreConfig};
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let (io, direct) = orbitkv_store::io::default_for(&data);
+        let mut c = StoreConfig::new(&data);
+        c.durability = Durability::Group;
+        if direct {
+            c.alignment = orbitkv_segments::Alignment::Direct;
+        }
+        c.dram_bytes = dram_bytes;
+        let store = std::sync::Arc::new(StateStore::open(io, c).unwrap());
+        let socket = dir.join("orbitkv.sock");
+        let server = orbitkv_manager::server::Server::bind(
+            orbitkv_manager::server::ServerConfig::new(&socket),
+            store,
+        )
+        .unwrap();
+        let stopper = server.stopper();
+        let metrics = Box::new(server.metrics_source());
+        let thread = std::thread::spawn(move || server.run().unwrap());
+        Self {
+            socket,
+            metrics,
+            stopper,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stopper.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

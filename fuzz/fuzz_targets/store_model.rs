@@ -10,7 +10,10 @@
 //! - **manual** (manual durability: puts wait in the write-behind tail, or in writes left in
 //!   flight, until a sync): strict until a power loss, which may take back what was put since
 //!   the last sync (the key then reads as its last synced value or as one of the versions put
-//!   since).
+//!   since);
+//! - **group** (group durability: puts are written but readable only once durable): as manual,
+//!   except that before a sync a key reads as its last synced value, or as a version put since
+//!   that a segment's seal made durable — never as a version no sync or seal has covered.
 //!
 //! In every mode: nothing put before a successful retirement is served again — by a get or
 //! through a pin taken before it — across reopens and crashes; an accepted put (sync per put)
@@ -40,6 +43,14 @@ enum Mode {
     Budget,
     Faults,
     Manual,
+    Group,
+}
+
+impl Mode {
+    /// Puts wait for a sync to be durable (the durability bookkeeping of manual mode).
+    fn deferred(self) -> bool {
+        matches!(self, Mode::Manual | Mode::Group)
+    }
 }
 
 fn info() -> NamespaceInfo {
@@ -85,10 +96,10 @@ fn payload(version: u64, len: usize) -> Vec<u8> {
 fn config(mode: Mode) -> StoreConfig {
     let mut c = StoreConfig::new("data");
     c.segment_bytes = 24 << 10;
-    c.durability = if mode == Mode::Manual {
-        Durability::Manual
-    } else {
-        Durability::EveryPut
+    c.durability = match mode {
+        Mode::Manual => Durability::Manual,
+        Mode::Group => Durability::Group,
+        _ => Durability::EveryPut,
     };
     c.checkpoint_every = 16;
     if mode == Mode::Budget {
@@ -160,6 +171,13 @@ fn check_get(
     };
     let slot = oracle.get(&(ns, k)).cloned().unwrap_or_default();
     match got {
+        Some(_) if mode == Mode::Group => {
+            // The value as of the last sync, or a later one a segment's seal made durable.
+            let known = slot.synced.as_ref() == Some(&out)
+                || slot.since_sync.contains(&out)
+                || slot.maybe.contains(&out);
+            assert!(known, "key ({ns},{k}) returned bytes not durable for it");
+        }
         Some(_) => {
             let known = slot.value.as_ref() == Some(&out) || slot.maybe.contains(&out);
             assert!(known, "key ({ns},{k}) returned bytes never accepted for it");
@@ -167,6 +185,9 @@ fn check_get(
         None => {
             if matches!(mode, Mode::Strict | Mode::Manual) {
                 assert!(slot.value.is_none(), "key ({ns},{k}) accepted but missing");
+            }
+            if mode == Mode::Group {
+                assert!(slot.synced.is_none(), "key ({ns},{k}) synced but missing");
             }
         }
     }
@@ -176,14 +197,15 @@ fuzz_target!(|data: &[u8]| {
     let Some((&m, prog)) = data.split_first() else {
         return;
     };
-    let mode = match m % 4 {
+    let mode = match m % 5 {
         0 => Mode::Strict,
         1 => Mode::Budget,
         2 => Mode::Faults,
-        _ => Mode::Manual,
+        3 => Mode::Manual,
+        _ => Mode::Group,
     };
     let io = FaultIo::new();
-    if mode == Mode::Manual {
+    if mode.deferred() {
         // Writes the store submits asynchronously stay in flight until it waits for them.
         io.set_plan(FaultPlan {
             defer_writes: true,
@@ -212,7 +234,7 @@ fuzz_target!(|data: &[u8]| {
                 let len = match mode {
                     Mode::Budget => 1 + usize::from(b) * 640,
                     // Now and then a bundle large enough to be written asynchronously.
-                    Mode::Manual if b == 255 => (1 << 20) + 1,
+                    Mode::Manual | Mode::Group if b == 255 => (1 << 20) + 1,
                     _ => 1 + usize::from(b) * 37,
                 };
                 let bytes = payload(version, len);
@@ -228,18 +250,15 @@ fuzz_target!(|data: &[u8]| {
                 let slot = oracle.entry((ns, k)).or_default();
                 match store.put(&[(meta, bytes.as_slice())]) {
                     Ok(r) => {
-                        assert!(
-                            r.durable == (mode != Mode::Manual),
-                            "durability misreported"
-                        );
-                        if mode == Mode::Manual {
+                        assert!(r.durable == !mode.deferred(), "durability misreported");
+                        if mode.deferred() {
                             slot.since_sync.push(bytes.clone());
                         }
                         slot.value = Some(bytes);
                     }
                     Err(e) => {
                         assert!(
-                            !matches!(mode, Mode::Strict | Mode::Manual),
+                            !matches!(mode, Mode::Strict | Mode::Manual | Mode::Group),
                             "put refused: {e}"
                         );
                         slot.maybe.push(bytes);
@@ -310,7 +329,7 @@ fuzz_target!(|data: &[u8]| {
                 }
                 Err(e) => {
                     assert!(
-                        !matches!(mode, Mode::Strict | Mode::Manual),
+                        !matches!(mode, Mode::Strict | Mode::Manual | Mode::Group),
                         "retire failed: {e}"
                     );
                     // Unknown whether it took: anything of the namespace may be gone.
@@ -331,7 +350,7 @@ fuzz_target!(|data: &[u8]| {
             },
             // compact, or (manual mode) sync
             8 => {
-                if mode == Mode::Manual && b % 2 == 0 {
+                if mode.deferred() && b % 2 == 0 {
                     assert!(store.sync().is_ok(), "sync failed");
                     for slot in oracle.values_mut() {
                         slot.synced.clone_from(&slot.value);
@@ -341,7 +360,7 @@ fuzz_target!(|data: &[u8]| {
                 }
                 let r = store.compact_below(f64::from(b) / 255.0);
                 assert!(
-                    !matches!(mode, Mode::Strict | Mode::Manual) || r.is_ok(),
+                    !matches!(mode, Mode::Strict | Mode::Manual | Mode::Group) || r.is_ok(),
                     "compaction failed"
                 );
             }
@@ -385,7 +404,7 @@ fuzz_target!(|data: &[u8]| {
                 } else {
                     drop(store);
                 }
-                if mode == Mode::Manual {
+                if mode.deferred() {
                     if closed {
                         // A close seals, so syncs, everything.
                         for slot in oracle.values_mut() {
@@ -409,7 +428,7 @@ fuzz_target!(|data: &[u8]| {
                     2 => Crash::TornPrefix(u64::from(b)),
                     _ => Crash::TornPages(u64::from(b)),
                 });
-                if mode == Mode::Manual {
+                if mode.deferred() {
                     io.set_plan(FaultPlan {
                         defer_writes: true,
                         ..FaultPlan::default()

@@ -1,5 +1,6 @@
 //! Passing a pool region's descriptor over a Unix socket (`SCM_RIGHTS`), with a small message
-//! beside it: how an engine hands its host pool to the manager.
+//! beside it: how an engine hands its host pool to the manager. Also the socket calls std has no
+//! wrapper for that the manager's replies need (a send that never waits).
 
 use std::io;
 use std::mem::size_of;
@@ -116,6 +117,34 @@ pub fn recv_with_fd(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Opt
     // Extra descriptors are dropped (closed) here.
     drop(fds);
     Ok((n as usize, first))
+}
+
+/// Sends what of `bytes` the socket takes now without waiting (`MSG_DONTWAIT`; no `SIGPIPE`);
+/// returns how many bytes it took (`WouldBlock` when none).
+#[expect(
+    unsafe_code,
+    reason = "a send that never waits, on a socket whose reads block, has no safe wrapper in std"
+)]
+pub fn send_nonblocking(sock: &UnixStream, bytes: &[u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: the pointer and length describe `bytes`, which outlives the call; send reads
+        // at most that many bytes.
+        let n = unsafe {
+            libc::send(
+                sock.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
 }
 
 #[cfg(test)]

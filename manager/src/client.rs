@@ -3,6 +3,7 @@
 //! sync, retire). Used by the tests, the simulated engine, `orbitkv admin`, the benchmarks and
 //! the engine adapters.
 
+use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::os::fd::BorrowedFd;
 use std::os::unix::net::UnixStream;
@@ -110,11 +111,18 @@ pub enum Acquired {
     },
 }
 
-/// A connection to the daemon.
+/// Replies kept for requests nobody has asked for yet, at most.
+const EARLY_REPLIES: usize = 1024;
+
+/// A connection to the daemon. Replies may arrive out of request order (a Publish's second
+/// reply comes when its records are durable, possibly after the replies to later requests):
+/// each is matched to its request by id, and one read while waiting for another is kept.
 pub struct Client {
     stream: UnixStream,
     next: u64,
     max_body: u32,
+    /// Replies that arrived while another was awaited, oldest first.
+    early: VecDeque<(u64, Message)>,
 }
 
 impl Client {
@@ -124,6 +132,7 @@ impl Client {
             stream: UnixStream::connect(path)?,
             next: 1,
             max_body: DEFAULT_MAX_BODY,
+            early: VecDeque::new(),
         })
     }
 
@@ -143,15 +152,29 @@ impl Client {
         Ok(id)
     }
 
-    /// Reads the next reply (to `request`); an `Error` reply is [`ClientError::Refused`].
+    /// The next reply to `request` (or to no request in particular: a connection-level error);
+    /// an `Error` reply is [`ClientError::Refused`]. Replies to other requests that arrive
+    /// meanwhile are kept for them.
     pub fn reply(&mut self, request: u64) -> Result<Message, ClientError> {
         loop {
-            let (h, body) = read_frame(&mut self.stream, self.max_body)?;
-            let m = Message::decode(h.kind, &body)?;
-            if h.request != request && h.request != 0 {
-                // A late reply to an earlier request (a second Publish reply): skip it.
-                continue;
-            }
+            let m = match self.early.iter().position(|(r, _)| *r == request) {
+                Some(i) => match self.early.remove(i) {
+                    Some((_, m)) => m,
+                    None => continue,
+                },
+                None => {
+                    let (h, body) = read_frame(&mut self.stream, self.max_body)?;
+                    let m = Message::decode(h.kind, &body)?;
+                    if h.request != request && h.request != 0 {
+                        if self.early.len() == EARLY_REPLIES {
+                            self.early.pop_front();
+                        }
+                        self.early.push_back((h.request, m));
+                        continue;
+                    }
+                    m
+                }
+            };
             if let Message::Error {
                 code,
                 retry_after_ms,

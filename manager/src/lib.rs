@@ -3,8 +3,9 @@
 //! - [`protocol`]: the engine protocol (versioned, length-framed messages; unknown or malformed
 //!   ones refused with typed errors).
 //! - [`session`]: registration and the seal (every rank agrees; epochs, tokens, timeouts).
-//! - [`server`]: the Unix-socket control plane serving every request, [`peer`] its credential
-//!   policy, [`metrics`] its Prometheus metrics.
+//! - [`server`]: the Unix-socket control plane serving every request (accept and stop; one
+//!   connection's read loop and writer; one handler per request; the group committer),
+//!   [`peer`] its credential policy, [`metrics`] its Prometheus metrics.
 //! - [`query`] (proofs from the store's index), [`lease`] (store pins under leases) and
 //!   [`transfer`] (pools, Load, Publish through the GPU bridge): the hot path.
 //! - [`client`]: the Rust client; [`sim`]: a simulated engine (instances, payloads, workloads,

@@ -1,9 +1,31 @@
-//! The daemon's metrics, rendered in the Prometheus text exposition format.
+//! The daemon's metrics and [`Exporter`], the HTTP server for `GET /metrics`.
+//!
+//! The hot path bumps atomics in [`Metrics`].
+//! A scrape reads them into a `prometheus-client` collector, encoded in the Prometheus text
+//! format (version 0.0.4).
+//! Names, label names and values, and HELP lines are those of the hand-written text before.
+//! Only three `le` bounds are spelled differently, as Go clients spell them (`1e-05`, not
+//! `0.00001`); Prometheus reads the same number.
+//!
+//! To add a counter:
+//! 1. add a `pub` [`AtomicU64`] field to [`Metrics`] and bump it with [`inc`];
+//! 2. add one line to [`Metrics::render`]:
+//!    `x.counter("orbitkv_<what>_total", "<Help.>", g(&self.<field>));`
+//!    (the exposed name, `_total` included; a gauge uses `x.gauge` and no `_total`);
+//! 3. add its `# TYPE` line to `TYPES` in this file's tests.
 
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::io::{self, Read as _, Write as _};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use orbitkv_store::stats::StatsSnapshot;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet, prometheus_text};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
 /// Counters and gauges the daemon keeps.
 #[derive(Debug, Default)]
@@ -42,6 +64,14 @@ pub struct Metrics {
     pub rejections: [AtomicU64; REJECTION_REASONS.len()],
     /// Time the daemon took to answer each hot-path request, by kind ([`LATENCY_KINDS`]).
     pub latency: [Histogram; LATENCY_KINDS.len()],
+    /// Connections refused because the daemon served its limit of them.
+    pub refused_connections: AtomicU64,
+    /// Connections closed because the peer did not take its replies.
+    pub slow_peers: AtomicU64,
+    /// Publishes made durable by the committer.
+    pub committed_publishes: AtomicU64,
+    /// Group commits: the committer's rounds, each storing every Publish waiting together.
+    pub commits: AtomicU64,
 }
 
 /// Why the validator treated a record as absent, by `crate::query::rejection_code`.
@@ -89,7 +119,7 @@ pub enum Timed {
 
 impl Metrics {
     /// Counts a `kind` request that took `d`.
-    pub fn observe(&self, kind: Timed, d: std::time::Duration) {
+    pub fn observe(&self, kind: Timed, d: Duration) {
         self.latency[kind as usize].observe(d);
     }
 }
@@ -109,7 +139,7 @@ pub struct Histogram {
 
 impl Histogram {
     /// Counts one request that took `d`.
-    pub fn observe(&self, d: std::time::Duration) {
+    pub fn observe(&self, d: Duration) {
         let us = d.as_micros() as u64;
         if let Some(i) = LATENCY_BUCKETS_US.iter().position(|b| us <= *b) {
             inc(&self.buckets[i]);
@@ -122,6 +152,24 @@ impl Histogram {
     /// Requests counted.
     pub fn count(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
+    }
+
+    /// The values at one moment: bucket bounds in seconds with their own counts.
+    fn values(&self) -> HistogramValues {
+        let buckets: Vec<(f64, u64)> = LATENCY_BUCKETS_US
+            .iter()
+            .zip(&self.buckets)
+            .map(|(b, c)| (*b as f64 / 1e6, c.load(Ordering::Relaxed)))
+            .collect();
+        let bucketed = buckets.iter().fold(0u64, |n, (_, c)| n.saturating_add(*c));
+        // An observation bumps its bucket before the count: the count read after the buckets
+        // is raised to them so that `+Inf` is never below a finite bucket.
+        let count = self.count.load(Ordering::Relaxed).max(bucketed);
+        HistogramValues {
+            sum: self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9,
+            count,
+            buckets,
+        }
     }
 }
 
@@ -186,329 +234,825 @@ pub fn inc(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
-fn counter(out: &mut String, name: &str, help: &str, v: u64) {
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
-    );
+/// The HTTP `Content-Type` of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
+
+/// One scrape's values, encoded by `prometheus-client` as a collector.
+#[derive(Debug, Default)]
+struct Scrape {
+    families: Vec<Family>,
 }
 
-fn gauge(out: &mut String, name: &str, help: &str, v: u64) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+/// One metric family of a scrape.
+#[derive(Debug)]
+struct Family {
+    /// The name the encoder is given: a counter's without `_total` (the encoder adds it).
+    name: &'static str,
+    help: &'static str,
+    values: Values,
+}
+
+/// A family's values.
+#[derive(Debug)]
+enum Values {
+    Counter(u64),
+    Gauge(u64),
+    /// Counters by the value of one label.
+    Counters(&'static str, Vec<(&'static str, u64)>),
+    /// Histograms by the value of one label.
+    Histograms(&'static str, Vec<(&'static str, HistogramValues)>),
+}
+
+/// A histogram's values: the sum in seconds, the count, and per bucket its upper bound in
+/// seconds and its own (not cumulative) count.
+#[derive(Debug)]
+struct HistogramValues {
+    sum: f64,
+    count: u64,
+    buckets: Vec<(f64, u64)>,
+}
+
+/// A counter's name as the encoder takes it: without the `_total` it adds.
+fn counter_name(exposed: &'static str) -> &'static str {
+    exposed.strip_suffix("_total").unwrap_or(exposed)
+}
+
+impl Scrape {
+    /// A counter, by its exposed name (`_total` included).
+    fn counter(&mut self, name: &'static str, help: &'static str, v: u64) {
+        self.push(counter_name(name), help, Values::Counter(v));
+    }
+
+    /// A gauge.
+    fn gauge(&mut self, name: &'static str, help: &'static str, v: u64) {
+        self.push(name, help, Values::Gauge(v));
+    }
+
+    /// Counters by the value of `label`, by their exposed name (`_total` included).
+    fn counters(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        label: &'static str,
+        vs: Vec<(&'static str, u64)>,
+    ) {
+        self.push(counter_name(name), help, Values::Counters(label, vs));
+    }
+
+    fn push(&mut self, name: &'static str, help: &'static str, values: Values) {
+        self.families.push(Family { name, help, values });
+    }
+
+    /// The text exposition.
+    fn encode(self) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(self));
+        let mut out = String::new();
+        if let Err(e) = prometheus_text::encode(&mut out, &registry) {
+            tracing::warn!("metrics: encoding failed: {e}");
+        }
+        out
+    }
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for f in &self.families {
+            let kind = match f.values {
+                Values::Counter(_) | Values::Counters(..) => MetricType::Counter,
+                Values::Gauge(_) => MetricType::Gauge,
+                Values::Histograms(..) => MetricType::Histogram,
+            };
+            let mut m = encoder.encode_descriptor(f.name, f.help, None, kind)?;
+            match &f.values {
+                Values::Counter(v) => m.encode_counter::<NoLabelSet, _, u64>(v, None)?,
+                Values::Gauge(v) => m.encode_gauge(v)?,
+                Values::Counters(label, vs) => {
+                    for (value, v) in vs {
+                        let labels = [(*label, *value)];
+                        m.encode_family(&labels)?
+                            .encode_counter::<NoLabelSet, _, u64>(v, None)?;
+                    }
+                }
+                Values::Histograms(label, hs) => {
+                    for (value, h) in hs {
+                        let labels = [(*label, *value)];
+                        m.encode_family(&labels)?
+                            .encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets, None)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Metrics {
     /// The text exposition of every metric, the store's included.
     pub fn render(&self, now: &Gauges, store: &StatsSnapshot) -> String {
-        let sessions = now.sessions;
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let mut o = String::new();
-        counter(
-            &mut o,
+        let mut x = Scrape::default();
+        x.counter(
             "orbitkv_connections_total",
             "Connections accepted.",
             g(&self.connections),
         );
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_refused_peers_total",
             "Connections refused by peer credentials.",
             g(&self.refused_peers),
         );
-        counter(
-            &mut o,
+        x.counter(
+            "orbitkv_refused_connections_total",
+            "Connections refused because the daemon served its limit of them.",
+            g(&self.refused_connections),
+        );
+        x.counter(
+            "orbitkv_slow_peers_total",
+            "Connections closed because the peer did not take its replies.",
+            g(&self.slow_peers),
+        );
+        x.counter(
             "orbitkv_malformed_messages_total",
             "Messages refused as malformed.",
             g(&self.malformed),
         );
-        counter(
-            &mut o,
+        x.counter(
+            "orbitkv_committed_publishes_total",
+            "Publishes made durable by the group committer.",
+            g(&self.committed_publishes),
+        );
+        x.counter(
+            "orbitkv_commits_total",
+            "Group commits: rounds storing every Publish waiting together.",
+            g(&self.commits),
+        );
+        x.counter(
             "orbitkv_seals_total",
             "Engine instances sealed.",
             g(&self.seals),
         );
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_seal_refusals_total",
             "Registrations refused (disagreement, timeout, bad rank).",
             g(&self.seal_refusals),
         );
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_refused_tokens_total",
             "Requests refused for an unknown token or a stale epoch.",
             g(&self.refused_tokens),
         );
-        gauge(
-            &mut o,
+        x.gauge(
             "orbitkv_sessions",
             "Sessions of sealed instances.",
-            sessions,
+            now.sessions,
         );
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_queries_total",
             "Queries and acquires answered.",
             g(&self.queries),
         );
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_hits_total",
             "Queries answered with a proof.",
             g(&self.hits),
         );
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_proven_tokens_total",
             "Tokens proven restorable beyond the engines' origins.",
             g(&self.proven_tokens),
         );
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_loaded_pages_total",
             "Pages copied into engine pages.",
             g(&self.loaded_pages),
         );
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_published_pages_total",
             "Pages copied out of engine pages into the store.",
             g(&self.published_pages),
         );
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_failed_pages_total",
             "Pages of a Load or Publish that failed (the engine recomputes them).",
             g(&self.failed_pages),
         );
-        let _ = writeln!(
-            o,
-            "# HELP orbitkv_misses_total Queries answered with a miss, by reason.\n# TYPE orbitkv_misses_total counter"
+        // Code 0 is no reason: the names start at code 1.
+        x.counters(
+            "orbitkv_misses_total",
+            "Queries answered with a miss, by reason.",
+            "reason",
+            MISS_REASONS
+                .iter()
+                .zip(self.misses.iter().skip(1))
+                .map(|(name, c)| (*name, g(c)))
+                .collect(),
         );
-        for (i, name) in MISS_REASONS.iter().enumerate() {
-            let _ = writeln!(
-                o,
-                "orbitkv_misses_total{{reason=\"{name}\"}} {}",
-                g(&self.misses[i + 1])
-            );
-        }
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_loaded_bytes_total",
             "Bytes copied from the store into engine pages.",
             g(&self.loaded_bytes),
         );
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_published_bytes_total",
             "Bytes copied out of engine pages to be stored.",
             g(&self.published_bytes),
         );
-        counter(
-            &mut o,
-            "orbitkv_store_puts_total",
-            "Bundles put.",
-            store.puts,
-        );
-        counter(
-            &mut o,
+        x.counter("orbitkv_store_puts_total", "Bundles put.", store.puts);
+        x.counter(
             "orbitkv_store_put_bytes_total",
             "Payload bytes put.",
             store.put_bytes,
         );
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_store_gets_total",
             "Verified reads of stored records (loads included).",
             store.gets,
         );
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_store_dram_hits_total",
             "Reads served from the DRAM tier (the rest came from SSD).",
             store.dram_hits,
         );
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_store_repaired_tails_total",
             "Torn segment tails truncated when the store was opened.",
             store.torn_tails_truncated,
         );
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_store_checksum_failures_total",
             "Records that failed verification on read (each a miss).",
             store.checksum_failures,
         );
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_store_refused_puts_total",
             "Puts refused (no space, failed disk, capacity).",
             store.refused_puts,
         );
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_store_lost_records_total",
             "Accepted records lost to a failed write or fsync before they were durable.",
             store.lost_records,
         );
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_store_failed_deletes_total",
             "Segment files the store could not delete (counted in the SSD budget until removed).",
             store.failed_deletes,
         );
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_store_failed_dir_syncs_total",
             "Directory fsyncs after segment deletions that failed.",
             store.failed_dir_syncs,
         );
-        counter(
-            &mut o,
+        x.counter(
             "orbitkv_store_failed_stats_total",
             "Segment file size queries that failed (the budget counted a known size instead).",
             store.failed_stats,
         );
-        gauge(
-            &mut o,
+        x.gauge(
             "orbitkv_store_quarantined_segments",
             "Segments quarantined after read errors.",
             store.quarantined_segments,
         );
-        let _ = writeln!(
-            o,
-            "# HELP orbitkv_validator_rejections_total Records the validator treated as absent, by reason.\n# TYPE orbitkv_validator_rejections_total counter"
+        x.counters(
+            "orbitkv_validator_rejections_total",
+            "Records the validator treated as absent, by reason.",
+            "reason",
+            REJECTION_REASONS
+                .iter()
+                .zip(&self.rejections)
+                .map(|(name, c)| (*name, g(c)))
+                .collect(),
         );
-        for (name, c) in REJECTION_REASONS.iter().zip(&self.rejections) {
-            let _ = writeln!(
-                o,
-                "orbitkv_validator_rejections_total{{reason=\"{name}\"}} {}",
-                g(c)
-            );
-        }
-        let _ = writeln!(
-            o,
-            "# HELP orbitkv_request_seconds Time the daemon took to answer hot-path requests, by kind.\n# TYPE orbitkv_request_seconds histogram"
+        x.push(
+            "orbitkv_request_seconds",
+            "Time the daemon took to answer hot-path requests, by kind.",
+            Values::Histograms(
+                "kind",
+                LATENCY_KINDS
+                    .iter()
+                    .zip(&self.latency)
+                    .map(|(kind, h)| (*kind, h.values()))
+                    .collect(),
+            ),
         );
-        for (kind, h) in LATENCY_KINDS.iter().zip(&self.latency) {
-            let mut cumulative = 0;
-            for (b, c) in LATENCY_BUCKETS_US.iter().zip(&h.buckets) {
-                cumulative += g(c);
-                let _ = writeln!(
-                    o,
-                    "orbitkv_request_seconds_bucket{{kind=\"{kind}\",le=\"{}\"}} {cumulative}",
-                    *b as f64 / 1e6
-                );
-            }
-            let count = g(&h.count);
-            let _ = writeln!(
-                o,
-                "orbitkv_request_seconds_bucket{{kind=\"{kind}\",le=\"+Inf\"}} {count}\norbitkv_request_seconds_sum{{kind=\"{kind}\"}} {}\norbitkv_request_seconds_count{{kind=\"{kind}\"}} {count}",
-                g(&h.sum_ns) as f64 / 1e9
-            );
-        }
-        gauge(
-            &mut o,
+        x.gauge(
             "orbitkv_leases",
             "Leases held by engine instances (proven records pinned for their loads).",
             now.leases,
         );
-        gauge(
-            &mut o,
+        x.gauge(
             "orbitkv_store_pins",
             "Store pins held (records kept readable for pending loads).",
             now.usage.pins as u64,
         );
-        gauge(
-            &mut o,
+        x.gauge(
             "orbitkv_store_records",
             "Records the store's index holds.",
             now.usage.records as u64,
         );
-        gauge(
-            &mut o,
+        x.gauge(
             "orbitkv_store_ssd_bytes",
             "Bytes of the SSD tier in use.",
             now.usage.ssd_used,
         );
-        gauge(
-            &mut o,
+        x.gauge(
             "orbitkv_store_ssd_budget_bytes",
             "The SSD tier's budget (0: none).",
             now.usage.ssd_budget.unwrap_or(0),
         );
-        gauge(
-            &mut o,
+        x.gauge(
             "orbitkv_store_dram_bytes",
             "Bytes of the DRAM tier in use.",
             now.usage.dram_used,
         );
-        o
+        x.encode()
     }
 }
 
-/// A minimal HTTP exporter: `GET /metrics` answers the text of `source()`; anything else 404.
+/// Bytes of a request head (request line and headers) read at most; a longer one gets 431.
+pub const MAX_REQUEST_HEAD: usize = 8 << 10;
+/// Scrapes served at once; a connection beyond them gets 503 at once.
+pub const MAX_SCRAPES: usize = 16;
+/// Time a scraper has to send its whole request head.
+const READ_DEADLINE: Duration = Duration::from_secs(5);
+/// Time a scraper has to take the whole response.
+const WRITE_DEADLINE: Duration = Duration::from_secs(5);
+/// How often the accept loop checks for a stop while no one connects.
+const ACCEPT_POLL: Duration = Duration::from_millis(20);
+/// How long a drop waits for scrapes still running after it closed their connections.
+const STOP_WAIT: Duration = Duration::from_secs(1);
+
+/// What the exporter serves: the text of one scrape.
+type Source = Mutex<Box<dyn Fn() -> String + Send>>;
+
+/// State the accept loop, the scrapes and the exporter share.
+struct Shared {
+    stop: AtomicBool,
+    /// The connections being served, by scrape number; a drop shuts them down.
+    scrapes: Mutex<Vec<(u64, TcpStream)>>,
+    /// Signalled when a scrape ends.
+    ended: Condvar,
+}
+
+fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Takes a scrape off the shared list when it ends (its thread's end, panic or failed spawn).
+struct Ended {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        lock(&self.shared.scrapes).retain(|(id, _)| *id != self.id);
+        self.shared.ended.notify_all();
+    }
+}
+
+/// An HTTP exporter: `GET /metrics` answers the text of `source()`; other paths get 404.
+///
+/// One thread accepts and never waits on a client.
+/// Each scrape runs on its own thread, at most [`MAX_SCRAPES`] at once.
+/// A scrape reads at most [`MAX_REQUEST_HEAD`] bytes, within 5 s, and writes within 5 s.
 pub struct Exporter {
-    addr: std::net::SocketAddr,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl Exporter {
     /// Listens on `addr` (`127.0.0.1:0` picks a free port) and serves until dropped.
-    pub fn start(
-        addr: &str,
-        source: impl Fn() -> String + Send + 'static,
-    ) -> std::io::Result<Self> {
-        use std::io::{BufRead, BufReader, Write as _};
-        let listener = std::net::TcpListener::bind(addr)?;
+    pub fn start(addr: &str, source: impl Fn() -> String + Send + 'static) -> io::Result<Self> {
+        let listener = TcpListener::bind(addr)?;
         let local = listener.local_addr()?;
         listener.set_nonblocking(true)?;
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            while !flag.load(Ordering::Acquire) {
-                let Ok((mut s, _)) = listener.accept() else {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                    continue;
-                };
-                let _ = s.set_nonblocking(false);
-                let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
-                let mut line = String::new();
-                let ok = BufReader::new(&s).read_line(&mut line).is_ok();
-                let path = line.split_whitespace().nth(1).unwrap_or("");
-                let response = if ok && line.starts_with("GET ") && path == "/metrics" {
-                    let body = source();
-                    format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    )
-                } else {
-                    "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                        .to_owned()
-                };
-                let _ = s.write_all(response.as_bytes());
-            }
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            scrapes: Mutex::new(Vec::new()),
+            ended: Condvar::new(),
         });
+        let source: Arc<Source> = Arc::new(Mutex::new(Box::new(source)));
+        let thread = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("orbitkv-metrics".into())
+                .spawn(move || accept_loop(&listener, &shared, &source))?
+        };
         Ok(Self {
             addr: local,
-            stop,
+            shared,
             thread: Some(thread),
         })
     }
 
     /// Where it listens.
-    pub fn addr(&self) -> std::net::SocketAddr {
+    pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 }
 
 impl Drop for Exporter {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
+        self.shared.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+        // No scrape starts now; closing their connections ends their reads and writes.
+        let deadline = Instant::now() + STOP_WAIT;
+        let mut held = lock(&self.shared.scrapes);
+        for (_, s) in held.iter() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        while !held.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            held = match self.shared.ended.wait_timeout(held, left) {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().0,
+            };
+        }
+    }
+}
+
+/// Accepts until stopped; hands each connection to a scrape thread, or refuses it.
+fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, source: &Arc<Source>) {
+    let mut next = 0u64;
+    while !shared.stop.load(Ordering::Acquire) {
+        match listener.accept() {
+            Ok((s, _)) => {
+                next = next.wrapping_add(1);
+                admit(shared, source, s, next);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // Nothing to accept, or out of descriptors: wait a little either way.
+            Err(_) => std::thread::sleep(ACCEPT_POLL),
+        }
+    }
+}
+
+/// Starts a scrape of `s`, or answers 503 without waiting when [`MAX_SCRAPES`] are running.
+fn admit(shared: &Arc<Shared>, source: &Arc<Source>, s: TcpStream, id: u64) {
+    {
+        let mut held = lock(&shared.scrapes);
+        if held.len() >= MAX_SCRAPES {
+            drop(held);
+            return refuse(&s);
+        }
+        let Ok(clone) = s.try_clone() else {
+            drop(held);
+            return refuse(&s);
+        };
+        held.push((id, clone));
+    }
+    let ended = Ended {
+        shared: shared.clone(),
+        id,
+    };
+    let source = source.clone();
+    // A failed spawn drops the closure: the connection closes and `ended` takes it off.
+    let _ = std::thread::Builder::new()
+        .name("orbitkv-scrape".into())
+        .spawn(move || {
+            let _ended = ended;
+            serve(s, &source);
+        });
+}
+
+/// Answers 503 with one non-blocking write and closes.
+fn refuse(mut s: &TcpStream) {
+    let _ = s.set_nonblocking(true);
+    let _ = s.write(
+        b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+    let _ = s.shutdown(Shutdown::Write);
+}
+
+/// How reading a request head ended.
+enum Head {
+    /// The head, through its blank line, is this many bytes.
+    Complete(usize),
+    /// [`MAX_REQUEST_HEAD`] bytes came without the blank line.
+    TooLarge,
+    /// The client closed, failed or ran out of time.
+    Incomplete,
+}
+
+/// One scrape: reads the request head, answers and closes.
+fn serve(mut s: TcpStream, source: &Source) {
+    if s.set_nonblocking(false).is_err() {
+        return;
+    }
+    let mut buf = [0u8; MAX_REQUEST_HEAD];
+    let response = match read_head(&mut s, &mut buf) {
+        Head::Complete(n) => respond(buf.get(..n).unwrap_or_default(), source),
+        Head::TooLarge => status(431, "Request Header Fields Too Large", ""),
+        Head::Incomplete => return,
+    };
+    if write_by(&mut s, &response, Instant::now() + WRITE_DEADLINE).is_ok() {
+        let _ = s.shutdown(Shutdown::Write);
+    }
+}
+
+/// Reads into `buf` up to the blank line that ends a request head, within [`READ_DEADLINE`].
+fn read_head(s: &mut TcpStream, buf: &mut [u8]) -> Head {
+    let deadline = Instant::now() + READ_DEADLINE;
+    let mut len = 0;
+    loop {
+        let free = match buf.get_mut(len..) {
+            Some(free) if !free.is_empty() => free,
+            _ => return Head::TooLarge,
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
+            return Head::Incomplete;
+        }
+        match s.read(free) {
+            Ok(0) => return Head::Incomplete,
+            Ok(n) => {
+                // The blank line may straddle the previous read.
+                let from = len.saturating_sub(3);
+                len += n;
+                if let Some(end) = buf.get(from..len).and_then(head_end) {
+                    return Head::Complete(from + end);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Head::Incomplete,
+        }
+    }
+}
+
+/// Where the first blank line (`\n\n` or `\n\r\n`) of `b` ends.
+fn head_end(b: &[u8]) -> Option<usize> {
+    b.windows(2).enumerate().find_map(|(i, w)| match w {
+        [b'\n', b'\n'] => Some(i + 2),
+        [b'\n', b'\r'] if b.get(i + 2) == Some(&b'\n') => Some(i + 3),
+        _ => None,
+    })
+}
+
+/// The response to a complete request head.
+fn respond(head: &[u8], source: &Source) -> Vec<u8> {
+    let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let mut parts = line.split(|b| *b == b' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return status(400, "Bad Request", "");
+    };
+    if !version.starts_with(b"HTTP/1.") {
+        return status(400, "Bad Request", "");
+    }
+    let path = target.split(|b| *b == b'?').next().unwrap_or_default();
+    if path != b"/metrics" {
+        return status(404, "Not Found", "");
+    }
+    let get = match method {
+        b"GET" => true,
+        b"HEAD" => false,
+        _ => return status(405, "Method Not Allowed", "Allow: GET, HEAD\r\n"),
+    };
+    let body = (lock(source))();
+    let mut out = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    if get {
+        out.extend_from_slice(body.as_bytes());
+    }
+    out
+}
+
+/// An answer with no body; `extra` is more header lines, each ending in CRLF.
+fn status(code: u16, reason: &str, extra: &str) -> Vec<u8> {
+    format!("HTTP/1.1 {code} {reason}\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n")
+        .into_bytes()
+}
+
+/// Writes all of `bytes` before `deadline`, or fails.
+fn write_by(s: &mut TcpStream, bytes: &[u8], deadline: Instant) -> io::Result<()> {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        s.set_write_timeout(Some(left))?;
+        match s.write(rest) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => rest = rest.get(n..).unwrap_or_default(),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every family's `# TYPE` line, in the order of the hand-written exposition this
+    /// crate's encoding replaced; a new metric adds its line here.
+    const TYPES: [&str; 40] = [
+        "orbitkv_connections_total counter",
+        "orbitkv_refused_peers_total counter",
+        "orbitkv_refused_connections_total counter",
+        "orbitkv_slow_peers_total counter",
+        "orbitkv_malformed_messages_total counter",
+        "orbitkv_committed_publishes_total counter",
+        "orbitkv_commits_total counter",
+        "orbitkv_seals_total counter",
+        "orbitkv_seal_refusals_total counter",
+        "orbitkv_refused_tokens_total counter",
+        "orbitkv_sessions gauge",
+        "orbitkv_queries_total counter",
+        "orbitkv_hits_total counter",
+        "orbitkv_proven_tokens_total counter",
+        "orbitkv_loaded_pages_total counter",
+        "orbitkv_published_pages_total counter",
+        "orbitkv_failed_pages_total counter",
+        "orbitkv_misses_total counter",
+        "orbitkv_loaded_bytes_total counter",
+        "orbitkv_published_bytes_total counter",
+        "orbitkv_store_puts_total counter",
+        "orbitkv_store_put_bytes_total counter",
+        "orbitkv_store_gets_total counter",
+        "orbitkv_store_dram_hits_total counter",
+        "orbitkv_store_repaired_tails_total counter",
+        "orbitkv_store_checksum_failures_total counter",
+        "orbitkv_store_refused_puts_total counter",
+        "orbitkv_store_lost_records_total counter",
+        "orbitkv_store_failed_deletes_total counter",
+        "orbitkv_store_failed_dir_syncs_total counter",
+        "orbitkv_store_failed_stats_total counter",
+        "orbitkv_store_quarantined_segments gauge",
+        "orbitkv_validator_rejections_total counter",
+        "orbitkv_request_seconds histogram",
+        "orbitkv_leases gauge",
+        "orbitkv_store_pins gauge",
+        "orbitkv_store_records gauge",
+        "orbitkv_store_ssd_bytes gauge",
+        "orbitkv_store_ssd_budget_bytes gauge",
+        "orbitkv_store_dram_bytes gauge",
+    ];
+
+    fn render(m: &Metrics) -> String {
+        let now = Gauges {
+            sessions: 2,
+            leases: 1,
+            usage: orbitkv_store::Usage {
+                ssd_used: 10,
+                ssd_budget: None,
+                probation_segments: 0,
+                dram_used: 20,
+                dram_budget: 40,
+                dram_entries: 1,
+                pins: 3,
+                records: 4,
+            },
+        };
+        let store = StatsSnapshot {
+            puts: 5,
+            ..StatsSnapshot::default()
+        };
+        m.render(&now, &store)
+    }
+
+    #[test]
+    fn render_has_every_family_of_the_hand_written_exposition() {
+        let text = render(&Metrics::default());
+        let types: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .collect();
+        assert_eq!(types, TYPES, "{text}");
+        // Each family has its HELP line, under the same name as its TYPE line.
+        let helps: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# HELP "))
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        let names: Vec<&str> = types.iter().filter_map(|t| t.split(' ').next()).collect();
+        assert_eq!(helps, names);
+    }
+
+    #[test]
+    fn render_has_every_series_of_the_hand_written_exposition() {
+        let text = render(&Metrics::default());
+        let names: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split([' ', '{']).next())
+            .collect();
+        for t in TYPES {
+            let (name, kind) = t.split_once(' ').unwrap();
+            let expected = match kind {
+                "histogram" => 0,
+                _ if name == "orbitkv_misses_total" => MISS_REASONS.len(),
+                _ if name == "orbitkv_validator_rejections_total" => REJECTION_REASONS.len(),
+                _ => 1,
+            };
+            let n = names.iter().filter(|n| **n == name).count();
+            assert_eq!(n, expected, "{name} in:\n{text}");
+        }
+        for suffix in ["_bucket", "_sum", "_count"] {
+            let name = format!("orbitkv_request_seconds{suffix}");
+            let per_kind = if suffix == "_bucket" {
+                LATENCY_BUCKETS_US.len() + 1
+            } else {
+                1
+            };
+            let n = names.iter().filter(|n| **n == name).count();
+            assert_eq!(n, per_kind * LATENCY_KINDS.len(), "{name} in:\n{text}");
+        }
+        for r in MISS_REASONS {
+            let line = format!("orbitkv_misses_total{{reason=\"{r}\"}} 0\n");
+            assert!(text.contains(&line), "{line}");
+        }
+        for r in REJECTION_REASONS {
+            let line = format!("orbitkv_validator_rejections_total{{reason=\"{r}\"}} 0\n");
+            assert!(text.contains(&line), "{line}");
+        }
+        for k in LATENCY_KINDS {
+            let line = format!("orbitkv_request_seconds_count{{kind=\"{k}\"}} 0\n");
+            assert!(text.contains(&line), "{line}");
+            let line = format!("orbitkv_request_seconds_bucket{{kind=\"{k}\",le=\"+Inf\"}} 0\n");
+            assert!(text.contains(&line), "{line}");
+        }
+    }
+
+    #[test]
+    fn render_writes_the_values() {
+        let m = Metrics::default();
+        inc(&m.queries);
+        inc(&m.queries);
+        m.miss(1);
+        m.miss(0);
+        m.miss(99);
+        m.observe(Timed::Release, Duration::from_micros(30));
+        let text = render(&m);
+        for line in [
+            "orbitkv_queries_total 2\n",
+            "orbitkv_sessions 2\n",
+            "orbitkv_leases 1\n",
+            "orbitkv_store_pins 3\n",
+            "orbitkv_store_records 4\n",
+            "orbitkv_store_ssd_budget_bytes 0\n",
+            "orbitkv_store_puts_total 5\n",
+            "orbitkv_misses_total{reason=\"nothing_beyond_origin\"} 1\n",
+            "orbitkv_request_seconds_bucket{kind=\"release\",le=\"2.5e-05\"} 0\n",
+            "orbitkv_request_seconds_bucket{kind=\"release\",le=\"5e-05\"} 1\n",
+            "orbitkv_request_seconds_bucket{kind=\"release\",le=\"1\"} 1\n",
+            "orbitkv_request_seconds_bucket{kind=\"release\",le=\"+Inf\"} 1\n",
+            "orbitkv_request_seconds_count{kind=\"release\"} 1\n",
+            "orbitkv_request_seconds_sum{kind=\"release\"} 0.00003\n",
+        ] {
+            assert!(text.contains(line), "no {line:?} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_head_ends_at_its_first_blank_line() {
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\n\r\n"), Some(18));
+        assert_eq!(head_end(b"GET / HTTP/1.1\n\nrest"), Some(16));
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: x\r\n"), None);
+        assert_eq!(head_end(b"\n\r"), None);
+        assert_eq!(head_end(b""), None);
+    }
+
+    #[test]
+    fn requests_are_answered_by_their_line() {
+        let source: Source = Mutex::new(Box::new(|| "orbitkv_x 1\n".to_owned()));
+        let answer = |head: &[u8]| String::from_utf8(respond(head, &source)).unwrap();
+        let ok = answer(b"GET /metrics?x=1 HTTP/1.1\r\nHost: h\r\n\r\n");
+        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+        assert!(
+            ok.contains(&format!("Content-Type: {CONTENT_TYPE}\r\n")),
+            "{ok}"
+        );
+        assert!(ok.ends_with("\r\n\r\norbitkv_x 1\n"), "{ok}");
+        let head = answer(b"HEAD /metrics HTTP/1.0\r\n\r\n");
+        assert!(head.contains("Content-Length: 12\r\n"), "{head}");
+        assert!(head.ends_with("\r\n\r\n"), "{head}");
+        for (request, code) in [
+            (&b"GET / HTTP/1.1\r\n\r\n"[..], "404"),
+            (b"POST /metrics HTTP/1.1\r\n\r\n", "405"),
+            (b"GET /metrics\r\n\r\n", "400"),
+            (b"GET /metrics HTTP/1.1 x\r\n\r\n", "400"),
+            (b"PRI * HTTP/2.0\r\n\r\n", "400"),
+            (b"GET /metrics SPDY/3\r\n\r\n", "400"),
+            (b"\xff\xfe\r\n\r\n", "400"),
+        ] {
+            let a = answer(request);
+            assert!(a.starts_with(&format!("HTTP/1.1 {code} ")), "{a}");
         }
     }
 }

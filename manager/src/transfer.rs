@@ -360,9 +360,11 @@ fn load_staged(
     moved
 }
 
-/// A Publish's records are stored in bundles of at most this many payload bytes: one append
-/// (and, with a store that syncs every put, one sync) per bundle rather than per page.
-pub const PUBLISH_BUNDLE_BYTES: usize = 32 << 20;
+/// Records of the Publishes waiting to be stored go to the store in bundles of at most this
+/// many payload bytes (and at most half a segment), whichever publishers they come from: small
+/// enough that the store encodes the next bundle while the last one's write is in flight, and
+/// one sync after the last makes them all durable.
+pub const COMMIT_BUNDLE_BYTES: usize = 4 << 20;
 
 /// Copy buffers a connection keeps between Publishes, so a copy lands in memory already
 /// faulted in rather than in a fresh allocation (at most [`Spare::RETAIN`] bytes kept).
@@ -376,7 +378,8 @@ impl Spare {
     /// Bytes of buffers kept at most.
     pub const RETAIN: usize = 64 << 20;
 
-    fn take(&mut self) -> Vec<u8> {
+    /// A kept buffer (empty), or a new one.
+    pub fn take(&mut self) -> Vec<u8> {
         match self.bufs.pop() {
             Some(b) => {
                 self.bytes -= b.capacity();
@@ -386,12 +389,15 @@ impl Spare {
         }
     }
 
-    fn give(&mut self, mut b: Vec<u8>) {
-        if self.bytes + b.capacity() <= Self::RETAIN {
-            b.clear();
-            self.bytes += b.capacity();
-            self.bufs.push(b);
+    /// Keeps `b` (emptied) if its capacity fits under [`Spare::RETAIN`]; returns whether it did.
+    pub fn give(&mut self, mut b: Vec<u8>) -> bool {
+        if self.bytes + b.capacity() > Self::RETAIN {
+            return false;
         }
+        b.clear();
+        self.bytes += b.capacity();
+        self.bufs.push(b);
+        true
     }
 }
 
@@ -403,6 +409,8 @@ pub struct Copied {
     pub statuses: Vec<PageStatus>,
     /// The copies: (request position, record, bytes).
     records: Vec<(usize, RecordMeta, Vec<u8>)>,
+    /// Buffers taken for pages that were not copied.
+    unused: Vec<Vec<u8>>,
 }
 
 impl Copied {
@@ -410,30 +418,43 @@ impl Copied {
     pub fn bytes(&self) -> u64 {
         self.records.iter().map(|(_, _, b)| b.len() as u64).sum()
     }
+
+    /// Every buffer it holds, for the next Publish.
+    pub fn into_buffers(self) -> Vec<Vec<u8>> {
+        let mut bufs = self.unused;
+        bufs.extend(self.records.into_iter().map(|(_, _, b)| b));
+        bufs
+    }
 }
 
 /// Copies each page out (fenced, re-checked seqlock-style: a page reused during its copy is not
-/// kept). Once this returns the engine may reuse every page: nothing reads them afterwards.
+/// kept) into buffers from `take`. Once this returns the engine may reuse every page: nothing
+/// reads them afterwards.
 pub fn copy_out(
     bridge: &Bridge,
     session: &Session,
     pages: &[PublishPage],
-    spare: &mut Spare,
+    take: &mut dyn FnMut() -> Vec<u8>,
 ) -> Copied {
     let inst: &Arc<crate::session::SealedInstance> = &session.instance;
     let mut statuses = vec![PageStatus::Ok; pages.len()];
     let mut records = Vec::with_capacity(pages.len());
+    let mut unused = Vec::new();
     for (i, p) in pages.iter().enumerate() {
-        let mut buf = spare.take();
+        let mut buf = take();
         match copy_page(bridge, inst, session.rank, p, &mut buf) {
             Ok(meta) => records.push((i, meta, buf)),
             Err(status) => {
                 statuses[i] = status;
-                spare.give(buf);
+                unused.push(buf);
             }
         }
     }
-    Copied { statuses, records }
+    Copied {
+        statuses,
+        records,
+        unused,
+    }
 }
 
 /// What storing a Publish's copies did.
@@ -466,52 +487,73 @@ impl Stored {
     }
 }
 
-/// Stores the copies as the records their blocks name, in bundles of at most
-/// [`PUBLISH_BUNDLE_BYTES`]. When the store rejects a bundle for one of its records, they are
-/// stored one by one, so only the rejected ones fail; a bundle refused for the store's sake
-/// (full, read-only) fails whole, each page saying whether to publish it again.
-pub fn store_copies(store: &StateStore, copied: Copied, spare: &mut Spare) -> Stored {
-    let Copied { statuses, records } = copied;
-    let mut out = Stored {
-        statuses,
-        durable: true,
-        retry_after: std::time::Duration::ZERO,
-    };
+/// Stores the copies of several Publishes together, as the records their blocks name, in
+/// bundles of at most [`COMMIT_BUNDLE_BYTES`] (and half a segment) across publishers: one
+/// append per bundle; with a store that holds records back until a sync, the caller's one sync
+/// then makes them all durable. When the store rejects
+/// a bundle for one of its records, they are stored one by one, so only the rejected ones fail;
+/// a bundle refused for the store's sake (full, read-only) fails whole, each page saying
+/// whether to publish it again. Returns each Publish's outcome, in order.
+pub fn store_copies(store: &StateStore, publishes: &[&Copied]) -> Vec<Stored> {
+    let mut out: Vec<Stored> = publishes
+        .iter()
+        .map(|c| Stored {
+            statuses: c.statuses.clone(),
+            durable: true,
+            retry_after: std::time::Duration::ZERO,
+        })
+        .collect();
+    // (publish, request position, record, bytes), in arrival order.
+    let all: Vec<(usize, usize, &RecordMeta, &[u8])> = publishes
+        .iter()
+        .enumerate()
+        .flat_map(|(j, c)| {
+            c.records
+                .iter()
+                .map(move |(at, meta, b)| (j, *at, meta, b.as_slice()))
+        })
+        .collect();
+    // A bundle never makes a segment much larger than the store seals them at: the SSD tier
+    // reclaims whole segments.
+    let cap = usize::try_from(store.segment_bytes() / 2)
+        .unwrap_or(usize::MAX)
+        .clamp(1, COMMIT_BUNDLE_BYTES);
     let mut start = 0;
-    while start < records.len() {
+    while start < all.len() {
         let mut end = start;
         let mut bytes = 0;
-        while end < records.len() && (end == start || bytes < PUBLISH_BUNDLE_BYTES) {
-            bytes += records[end].2.len();
+        while end < all.len() && (end == start || bytes + all[end].3.len() <= cap) {
+            bytes += all[end].3.len();
             end += 1;
         }
-        let batch = &records[start..end];
+        let batch = &all[start..end];
         let bundle: Vec<(RecordMeta, &[u8])> = batch
             .iter()
-            .map(|(_, m, b)| (m.clone(), b.as_slice()))
+            .map(|(_, _, m, b)| ((*m).clone(), *b))
             .collect();
         match store.put(&bundle) {
-            Ok(receipt) => out.durable &= receipt.durable,
+            Ok(receipt) => {
+                for (j, _, _, _) in batch {
+                    out[*j].durable &= receipt.durable;
+                }
+            }
             // One record the store rejects (its range conflicts with a stored one, say) must
             // not take the others with it.
             Err(e) if e.retry() == Retry::Rejected => {
-                for ((i, _, _), record) in batch.iter().zip(&bundle) {
+                for ((j, at, _, _), record) in batch.iter().zip(&bundle) {
                     match store.put(std::slice::from_ref(record)) {
-                        Ok(receipt) => out.durable &= receipt.durable,
-                        Err(e) => out.refused(*i, &e),
+                        Ok(receipt) => out[*j].durable &= receipt.durable,
+                        Err(e) => out[*j].refused(*at, &e),
                     }
                 }
             }
             Err(e) => {
-                for (i, _, _) in batch {
-                    out.refused(*i, &e);
+                for (j, at, _, _) in batch {
+                    out[*j].refused(*at, &e);
                 }
             }
         }
         start = end;
-    }
-    for (_, _, b) in records {
-        spare.give(b);
     }
     out
 }

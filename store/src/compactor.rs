@@ -214,7 +214,10 @@ impl StateStore {
     /// Rewrites the sealed segments `ids` (skipping any that are not sealed or hold tombstones)
     /// with only their live records, commits, and deletes them.
     pub fn compact(&self, ids: &[u64]) -> Result<CompactReport> {
+        tracing::debug!(phase = "compact", step = "begin", segments = ids.len());
         let mut w = self.writer();
+        // Copies take new sequences: none may overtake a newer record waiting for its sync.
+        self.publish_held_back(&mut w);
         Self::manifest_writable(&w)?;
         let mut report = CompactReport::default();
         // key, sequence, the copy's sequence, output, offset
@@ -284,6 +287,7 @@ impl StateStore {
             outputs.push(self.seal_output(&mut w, last, &mut report)?);
         }
         if inputs.is_empty() {
+            tracing::debug!(phase = "compact", step = "end", inputs = 0);
             return Ok(report);
         }
         report.inputs = inputs.iter().map(|(id, _)| *id).collect();
@@ -343,6 +347,11 @@ impl StateStore {
             dropped_bad = report.dropped_bad,
             "compaction committed"
         );
+        tracing::debug!(
+            phase = "compact",
+            step = "end",
+            inputs = report.inputs.len()
+        );
         Ok(report)
     }
 }
@@ -356,6 +365,7 @@ impl StateStore {
     /// too; one too large for this machine's memory stops the salvage with an error instead.
     /// Used by `fsck --repair`.
     pub fn salvage(&self, ids: &[u64]) -> Result<CompactReport> {
+        tracing::debug!(phase = "salvage", step = "begin", segments = ids.len());
         let mut w = self.writer();
         let mut report = CompactReport::default();
         let mut out: Option<Active> = None;
@@ -450,6 +460,7 @@ impl StateStore {
             outputs.push(self.seal_output(&mut w, last, &mut report)?);
         }
         if inputs.is_empty() {
+            tracing::debug!(phase = "salvage", step = "end", inputs = 0);
             return Ok(report);
         }
         report.inputs = inputs.clone();
@@ -494,6 +505,7 @@ impl StateStore {
             self.remove_segment_file(&self.layout.segment(*id));
         }
         self.sync_segments_dir();
+        tracing::debug!(phase = "salvage", step = "end", inputs = inputs.len());
         Ok(report)
     }
 }

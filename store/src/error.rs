@@ -74,6 +74,15 @@ pub enum Error {
         /// The SSD budget.
         budget: u64,
     },
+    /// Records accepted since the last sync were lost to a failed write or fsync before they
+    /// were durable; they must be put again.
+    #[error(
+        "{records} records accepted since the last sync were lost to a failed write or fsync; put them again"
+    )]
+    Lost {
+        /// How many.
+        records: u64,
+    },
     /// A configuration the store cannot run with.
     #[error("bad store configuration: {0}")]
     BadConfig(String),
@@ -170,6 +179,7 @@ impl Error {
     pub fn retry(&self) -> Retry {
         match self {
             Error::WritesRefused(r) => r.retry(),
+            Error::Lost { .. } => Retry::After(Duration::ZERO),
             Error::Io { .. } | Error::CapacityExhausted { .. } => {
                 Retry::After(crate::NO_SPACE_RETRY)
             }

@@ -97,7 +97,13 @@ pub enum Durability {
     /// Every put syncs before it returns.
     EveryPut,
     /// Puts return once written; [`StateStore::sync`] makes them durable (group commit).
+    /// Readers may see records not yet durable.
     Manual,
+    /// Puts return once written (several writes in flight); a record is indexed — readable —
+    /// only once a [`StateStore::sync`] or a segment's seal has made it durable: readers never
+    /// see a record a failed write or fsync could still take away. One sync makes every put
+    /// before it durable (group commit across putters).
+    Group,
 }
 
 /// How to open a store.
@@ -204,6 +210,9 @@ struct Writer {
     refuse: Option<WriteRefusal>,
     /// The disk reported no space at this time; puts are refused until [`NO_SPACE_RETRY`] later.
     no_space_at: Option<Instant>,
+    /// Records accepted by a put but lost to a failed write or fsync since the last
+    /// [`StateStore::sync`] (which reports them).
+    lost_since_sync: u64,
     /// File bytes of every file in the segments directory: the open segments, and files whose
     /// deletion failed, orphans and quarantined segments.
     ssd_used: u64,
@@ -417,6 +426,7 @@ impl StateStore {
                 next_sequence,
                 refuse,
                 no_space_at: None,
+                lost_since_sync: 0,
                 ssd_used: 0,
                 probation: BTreeSet::new(),
                 ghost: Ghost::default(),
@@ -459,6 +469,12 @@ impl StateStore {
             pins: self.pins.len(),
             records: self.index.len(),
         }
+    }
+
+    /// The size a segment is sealed at (the configured one, bounded by the SSD budget); a
+    /// bundle larger than it takes a segment of its own.
+    pub fn segment_bytes(&self) -> u64 {
+        self.config.segment_bytes
     }
 
     /// The index (for probes and inspection).
@@ -521,6 +537,7 @@ impl StateStore {
     /// Retires `namespace`: one durable manifest record whose sequence is the watermark; no record
     /// of the namespace older than it is served again. Returns the watermark.
     pub fn retire_namespace(&self, namespace: Namespace) -> Result<u64> {
+        tracing::debug!(phase = "retire", step = "begin", namespace = %namespace);
         self.writable()?;
         let mut w = self.writer();
         Self::manifest_writable(&w)?;
@@ -538,6 +555,7 @@ impl StateStore {
             .unwrap_or_else(|p| p.into_inner())
             .insert(namespace, seq);
         self.index.retire(&namespace, seq);
+        tracing::debug!(phase = "retire", step = "end", namespace = %namespace, watermark = seq);
         Ok(seq)
     }
 
@@ -623,6 +641,7 @@ impl StateStore {
         let Some(active) = w.active[log as usize].as_mut() else {
             return Ok(());
         };
+        tracing::debug!(phase = "seal", step = "begin", segment = active.seg.id);
         let before = active.len;
         let (digest, data_end) = match active.seal() {
             Ok(x) => x,
@@ -633,6 +652,8 @@ impl StateStore {
         };
         let id = active.seg.id;
         let records = active.entries.len() as u64;
+        // Durable now: records held back until then become readable.
+        self.index_staged(active);
         let after = match active.seg.file.size() {
             Ok(n) => n,
             Err(e) => {
@@ -668,6 +689,7 @@ impl StateStore {
                 return Err(e);
             }
         }
+        tracing::debug!(phase = "seal", step = "end", segment = id);
         Ok(())
     }
 
@@ -686,11 +708,19 @@ impl StateStore {
                 }
             }
         }
+        // Records held back until durable were never readable: their copies go.
+        for (key, rec) in active.staged.drain(..) {
+            self.dram.remove(&key, rec.sequence);
+        }
         // Frames in the write-behind tail or in flight are lost with the rest (in-flight writes
         // are waited for first, so none lands after the truncation below).
         active.drop_pending();
         let lost = active.entries.len() - active.unsynced_from;
         Stats::add(&self.stats.lost_records, lost as u64);
+        // A put that synced itself reported its own loss; others learn of it from `sync`.
+        if self.config.durability != Durability::EveryPut {
+            w.lost_since_sync += lost as u64;
+        }
         // Best effort: the segment takes no more appends either way, and the recount below
         // counts whatever length it kept.
         if let Err(e) = active
@@ -865,7 +895,7 @@ impl StateStore {
             return Err(Error::WritesRefused(WriteRefusal::SealedOff));
         };
         let before = active.len;
-        let coalesce = self.config.durability == Durability::Manual;
+        let coalesce = self.config.durability != Durability::EveryPut;
         let appended = match active.append_encoded(enc, first, coalesce) {
             Ok(Some(e)) => Ok(e),
             // Encoded for other settings than this segment's: encode again here.
@@ -886,8 +916,8 @@ impl StateStore {
         let Some(active) = w.active[log as usize].as_mut() else {
             return Err(Error::WritesRefused(WriteRefusal::SealedOff));
         };
-        let seg_id = active.seg.id;
-        let seg = u32::try_from(seg_id).unwrap_or_default();
+        let seg = u32::try_from(active.seg.id).unwrap_or_default();
+        let held_back = self.config.durability == Durability::Group;
         for (e, (meta, payload)) in entries.iter().zip(records) {
             let rec = Record {
                 tier: Tier::Ssd,
@@ -898,21 +928,18 @@ impl StateStore {
                 sequence: e.record_sequence,
                 format: meta.format,
             };
-            let previous = match self.index.insert(&meta.key, rec)? {
-                Insert::Replaced { previous } => Some(previous),
-                Insert::Inserted | Insert::Kept { .. } => None,
-            };
-            if let Some(p) = previous
-                && p.tier == Tier::Ssd
-                && p.segment != seg
-            {
-                self.superseded.note(&meta.key, u64::from(p.segment));
+            if held_back {
+                // Readable once durable (`sync`, or the segment's seal).
+                active.staged.push((meta.key, rec));
+            } else {
+                let previous = self.index_record(&meta.key, rec)?;
+                if !durable {
+                    active
+                        .unsynced
+                        .push((meta.key, e.record_sequence, previous));
+                }
             }
-            if !durable {
-                active
-                    .unsynced
-                    .push((meta.key, e.record_sequence, previous));
-            }
+            // The copy is reachable only through the index or a pin, at this sequence.
             self.dram.insert(&meta.key, e.record_sequence, payload);
             Stats::add(&self.stats.put_bytes, payload.len() as u64);
         }
@@ -941,7 +968,55 @@ impl StateStore {
         e
     }
 
-    /// Syncs `log`'s active segment, applying the fsync policy on failure.
+    /// Indexes `rec` of `key` (newer wins); returns the record it replaced, noting where a
+    /// superseded one still lies.
+    fn index_record(&self, key: &StateKey, rec: Record) -> Result<Option<Record>> {
+        let previous = match self.index.insert(key, rec)? {
+            Insert::Replaced { previous } => Some(previous),
+            Insert::Inserted | Insert::Kept { .. } => None,
+        };
+        if let Some(p) = previous
+            && p.tier == Tier::Ssd
+            && p.segment != rec.segment
+        {
+            self.superseded.note(key, u64::from(p.segment));
+        }
+        Ok(previous)
+    }
+
+    /// Indexes the records `active` held back until durable (it has just been synced), but for
+    /// those a retirement since their put covers.
+    fn index_staged(&self, active: &mut Active) {
+        for (key, rec) in active.staged.drain(..) {
+            if self.is_retired(&key.namespace, rec.sequence) {
+                self.dram.remove(&key, rec.sequence);
+                continue;
+            }
+            if let Err(e) = self.index_record(&key, rec) {
+                // Checked by `Index::prepare` before the put: not expected; a miss, not an error.
+                tracing::error!("a durable record could not be indexed: {e}");
+                self.dram.remove(&key, rec.sequence);
+            }
+        }
+    }
+
+    /// Makes the records held back until durable readable (syncing the logs that hold some)
+    /// before anything copies records forward under new sequences (compaction, reclaim): a copy
+    /// of a key's older record must never overtake a newer one waiting for its sync. A failed
+    /// sync loses them, as any failed sync does (the next [`StateStore::sync`] reports it).
+    pub(crate) fn publish_held_back(&self, w: &mut Writer) {
+        for log in [Log::Probation, Log::Main] {
+            if w.active[log as usize]
+                .as_ref()
+                .is_some_and(|a| !a.staged.is_empty())
+            {
+                let _ = self.sync_log(w, log);
+            }
+        }
+    }
+
+    /// Syncs `log`'s active segment, applying the fsync policy on failure; the records it held
+    /// back until durable become readable.
     fn sync_log(&self, w: &mut Writer, log: Log) -> Result<()> {
         let Some(active) = w.active[log as usize].as_mut() else {
             return Ok(());
@@ -950,15 +1025,24 @@ impl StateStore {
             self.lose_unsynced(w, log);
             return Err(e);
         }
+        self.index_staged(active);
         Ok(())
     }
 
-    /// Makes every accepted put durable (with [`Durability::Manual`]).
+    /// Makes every accepted put durable (with [`Durability::Manual`] or [`Durability::Group`]).
+    /// Refused with [`Error::Lost`] when records accepted since the last sync were lost to a
+    /// failed write or fsync meanwhile (they must be put again).
     pub fn sync(&self) -> Result<()> {
         let mut w = self.writer();
         let a = self.sync_log(&mut w, Log::Probation);
         let b = self.sync_log(&mut w, Log::Main);
-        a.and(b)
+        // A failed sync reports the loss itself.
+        let lost = std::mem::take(&mut w.lost_since_sync);
+        a.and(b)?;
+        match lost {
+            0 => Ok(()),
+            records => Err(Error::Lost { records }),
+        }
     }
 
     /// How many keys of `chain`, from the first, are stored (one call).

@@ -340,6 +340,10 @@ impl StateStore {
         let Some(file) = self.segment_file(id) else {
             return Ok(());
         };
+        tracing::debug!(phase = "reclaim", step = "begin", segment = id);
+        // Copies forward take new sequences: none may overtake a newer record waiting for its
+        // sync.
+        self.publish_held_back(w);
         let from_probation = w.probation.contains(&id);
         let entries = match read_sealed(&file) {
             Ok((_, _, footer, _)) => footer.entries,
@@ -435,6 +439,7 @@ impl StateStore {
         Stats::add(&self.stats.reclaimed_segments, 1);
         Stats::add(&self.stats.evicted_records, dropped.len() as u64);
         Stats::add(&self.stats.reinserted_records, kept.len() as u64);
+        tracing::debug!(phase = "reclaim", step = "end", segment = id);
         tracing::debug!(
             segment = id,
             kept = kept.len(),

@@ -139,6 +139,8 @@ pub(crate) struct Active {
     /// Indexed records not yet durable, with the record each replaced in the index (restored if
     /// they are lost).
     pub(crate) unsynced: Vec<(StateKey, u64, Option<Record>)>,
+    /// Records written but not indexed until durable ([`crate::Durability::Group`]).
+    pub(crate) staged: Vec<(StateKey, Record)>,
     compression: Compression,
     /// The encode buffer kept between appends, with its alignment pad.
     scratch: (Vec<u8>, usize),
@@ -167,6 +169,7 @@ impl Active {
             entries: Vec::new(),
             unsynced_from: 0,
             unsynced: Vec::new(),
+            staged: Vec::new(),
             compression,
             scratch: (Vec::new(), 0),
             preallocated: false,
@@ -190,6 +193,7 @@ impl Active {
             entries,
             unsynced_from: n,
             unsynced: Vec::new(),
+            staged: Vec::new(),
             compression,
             scratch: (Vec::new(), 0),
             // It may have been preallocated before the restart.

@@ -4,7 +4,9 @@
 //! default. `deploy/orbitkv.toml` documents every key.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
+use orbitkv_store::Policy;
 use serde::Deserialize;
 
 use crate::Failure;
@@ -28,6 +30,80 @@ impl<'de> Deserialize<'de> for Size {
                 .map_err(serde::de::Error::custom),
         }
     }
+}
+
+/// A time interval: an integer (seconds), or a string with a unit (`"30s"`, `"500ms"`, `"2m"`);
+/// `0` or `"off"` is zero (disabled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interval(pub Duration);
+
+impl<'de> Deserialize<'de> for Interval {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Repr {
+            Seconds(u64),
+            Text(String),
+        }
+        match Repr::deserialize(d)? {
+            Repr::Seconds(n) => Ok(Interval(Duration::from_secs(n))),
+            Repr::Text(t) => parse_interval(&t)
+                .map(Interval)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Parses an interval: a number and a unit (`ms`, `s`, `m`, `h`; seconds without one), or
+/// `off` (zero).
+pub fn parse_interval(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("off") {
+        return Ok(Duration::ZERO);
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let scale = match unit.trim().to_ascii_lowercase().as_str() {
+        "ms" => 1e-3,
+        "" | "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        other => {
+            return Err(format!(
+                "{text:?}: unknown time unit {other:?} (ms, s, m, h, or off)"
+            ));
+        }
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{text:?}: not an interval (e.g. 30s, 500ms, off)"))?;
+    Duration::try_from_secs_f64(n * scale).map_err(|_| format!("{text:?}: interval out of range"))
+}
+
+/// Parses a fraction in [0, 1], or `off` (zero).
+pub fn parse_fraction(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("off") {
+        return Ok(0.0);
+    }
+    match t.parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!("{text:?}: expected a fraction in [0, 1] or off")),
+    }
+}
+
+/// Parses a reclaim policy name (`s3-fifo`, `fifo`, `fifo-reinsert`).
+pub fn parse_policy(text: &str) -> Result<Policy, String> {
+    Policy::ALL
+        .iter()
+        .find(|(name, _)| *name == text.trim())
+        .map(|(_, p)| *p)
+        .ok_or_else(|| {
+            let names: Vec<&str> = Policy::ALL.iter().map(|(n, _)| *n).collect();
+            format!("{text:?}: unknown policy (one of {})", names.join(", "))
+        })
 }
 
 /// The whole file.
@@ -66,6 +142,14 @@ pub struct Capacity {
     /// Without `ssd_bytes`: this fraction of the free space under the data directory (plus
     /// what the store already holds).
     pub ssd_fraction: Option<f64>,
+    /// A segment is sealed once it would pass this size (at most a 64th of the SSD budget).
+    pub segment_bytes: Option<Size>,
+    /// Which segments the SSD tier reclaims when full: `s3-fifo`, `fifo` or `fifo-reinsert`.
+    pub policy: Option<String>,
+    /// How often sealed segments are compacted in the background (`0` or `"off"`: never).
+    pub compact_interval: Option<Interval>,
+    /// Sealed segments whose live fraction is below this are compacted (`0`: none).
+    pub compact_threshold: Option<f64>,
 }
 
 /// Limits that protect the daemon from one client.
@@ -84,6 +168,13 @@ pub struct Limits {
     pub max_pins_per_client: Option<usize>,
     /// Page bytes one Load or Publish may move.
     pub max_request_bytes: Option<Size>,
+    /// Connections served at once; one more is refused.
+    pub max_connections: Option<usize>,
+    /// Memory one connection may hold (frame being read, replies waiting, publish copies waiting
+    /// to be stored, spare buffers); a request that would pass it is refused.
+    pub max_connection_bytes: Option<Size>,
+    /// A reply not taken by the peer within this many milliseconds closes the connection.
+    pub send_timeout_ms: Option<u64>,
 }
 
 /// Further peers allowed.
@@ -115,6 +206,19 @@ impl ServeConfig {
                     path.display()
                 )));
             }
+        }
+        if let Some(f) = c.capacity.compact_threshold
+            && !(0.0..=1.0).contains(&f)
+        {
+            return Err(Failure::refused(format!(
+                "{}: capacity.compact_threshold = {f}: expected a fraction in [0, 1]",
+                path.display()
+            )));
+        }
+        if let Some(p) = &c.capacity.policy {
+            parse_policy(p).map_err(|e| {
+                Failure::refused(format!("{}: capacity.policy = {e}", path.display()))
+            })?;
         }
         Ok(c)
     }
@@ -156,6 +260,19 @@ mod tests {
         assert_eq!(c.limits.max_leases_per_client, Some(4096));
         assert_eq!(c.limits.max_pins_per_client, Some(1 << 20));
         assert_eq!(c.limits.max_request_bytes, Some(Size(1 << 30)));
+        assert_eq!(c.limits.max_connections, Some(1024));
+        assert_eq!(
+            c.limits.max_connection_bytes,
+            Some(Size((1 << 30) + (128 << 20)))
+        );
+        assert_eq!(c.limits.send_timeout_ms, Some(10_000));
+        assert_eq!(c.capacity.segment_bytes, Some(Size(256 << 20)));
+        assert_eq!(c.capacity.policy.as_deref(), Some("s3-fifo"));
+        assert_eq!(
+            c.capacity.compact_interval,
+            Some(Interval(Duration::from_secs(30)))
+        );
+        assert_eq!(c.capacity.compact_threshold, Some(0.5));
         assert_eq!(c.log_level.as_deref(), Some("warn"));
     }
 
@@ -168,6 +285,9 @@ mod tests {
             "[capacity]\nssd_fraction = 1.5",
             "[limits]\nmax_leases = 3",
             "socket = 5",
+            "[capacity]\ncompact_interval = \"soon\"",
+            "[capacity]\ncompact_threshold = 1.5",
+            "[capacity]\npolicy = \"lru\"",
         ] {
             let e = ServeConfig::parse(bad, p).map(|_| ()).unwrap_err();
             assert!(e.message.starts_with("f.toml: "), "{bad}: {}", e.message);
@@ -176,5 +296,27 @@ mod tests {
             .unwrap_or_else(|f| panic!("{}", f.message));
         assert_eq!(c.capacity.dram_bytes, Some(Size(4096)));
         assert_eq!(c.capacity.ssd_bytes, Some(Size(2 << 30)));
+    }
+
+    #[test]
+    fn intervals_fractions_and_policies_parse_as_operators_write_them() {
+        let secs = |s: f64| Ok(Duration::from_secs_f64(s));
+        assert_eq!(parse_interval("30s"), secs(30.0));
+        assert_eq!(parse_interval("30"), secs(30.0));
+        assert_eq!(parse_interval("250ms"), secs(0.25));
+        assert_eq!(parse_interval("2m"), secs(120.0));
+        assert_eq!(parse_interval("off"), Ok(Duration::ZERO));
+        assert_eq!(parse_interval("0"), Ok(Duration::ZERO));
+        assert!(parse_interval("5 fortnights").is_err());
+        assert!(parse_interval("-1s").is_err());
+        assert_eq!(parse_fraction("0.3"), Ok(0.3));
+        assert_eq!(parse_fraction("off"), Ok(0.0));
+        assert!(parse_fraction("2").is_err());
+        assert_eq!(parse_policy("fifo"), Ok(Policy::Fifo));
+        assert!(parse_policy("lru").is_err());
+        let p = Path::new("f.toml");
+        let c = ServeConfig::parse("[capacity]\ncompact_interval = 0", p)
+            .unwrap_or_else(|f| panic!("{}", f.message));
+        assert_eq!(c.capacity.compact_interval, Some(Interval(Duration::ZERO)));
     }
 }

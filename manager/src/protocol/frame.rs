@@ -102,6 +102,11 @@ pub fn read_frame(r: &mut impl Read, max_body: u32) -> Result<(FrameHeader, Vec<
     let mut h = [0u8; HEADER_LEN];
     r.read_exact(&mut h)?;
     let header = FrameHeader::decode(&h, max_body)?;
+    Ok((header, read_body(r, &header)?))
+}
+
+/// Reads the body `header` announces from `r`.
+pub fn read_body(r: &mut impl Read, header: &FrameHeader) -> Result<Vec<u8>, ReadError> {
     // Memory follows the bytes that arrive, not the length a peer claims.
     let len = header.len as usize;
     let mut body = Vec::with_capacity(len.min(64 << 10));
@@ -112,7 +117,7 @@ pub fn read_frame(r: &mut impl Read, max_body: u32) -> Result<(FrameHeader, Vec<
             "the stream ended inside a frame body",
         )));
     }
-    Ok((header, body))
+    Ok(body)
 }
 
 #[cfg(test)]

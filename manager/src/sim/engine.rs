@@ -3,13 +3,16 @@
 //! registers a host page pool in shared memory, and every request goes Acquire → Load (each
 //! worker into its own pages) → Release → Publish of the blocks it had to compute. Every loaded
 //! byte is checked against the bytes the computation produces ([`super::payload`]), and every
-//! proof against what the instance's recovery contract demands at its boundary.
+//! proof against what the instance's recovery contract demands at its boundary. A
+//! [`PublishObserver`] is told of every Publish and of the pages each PublishDurable acknowledged;
+//! [`SimEngine::check`] loads and checks stored records without publishing (crash tests use both).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use orbitkv_gpu_bridge::{HostPool, PageMemory, PageRef};
 use orbitkv_state::engine_hash::vllm::{RequestExtras, VllmHashAlgo, VllmHasher};
@@ -55,6 +58,56 @@ pub enum SimError {
 /// Result alias of the simulated engine.
 pub type Result<T> = std::result::Result<T, SimError>;
 
+/// One page a worker published and the daemon acknowledged as stored and durable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AckedPage {
+    /// The cache group.
+    pub group: u32,
+    /// The block's native hash.
+    pub hash: Vec<u8>,
+    /// The parent block's native hash (empty for the first block and for checkpoints).
+    pub parent: Vec<u8>,
+    /// First token the record covers.
+    pub start: u64,
+    /// One past its last token.
+    pub end: u64,
+}
+
+/// The pages of one Publish that its PublishDurable reply said `ok` for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acked {
+    /// The request (numbered from 0 per engine) the Publish belongs to.
+    pub request: u64,
+    /// The worker rank that published.
+    pub rank: u32,
+    /// When the Publish was sent.
+    pub sent: Instant,
+    /// When PublishDurable came.
+    pub durable: Instant,
+    /// The acknowledged pages, in request order.
+    pub pages: Vec<AckedPage>,
+}
+
+/// Told of every Publish a simulated engine's workers send (crash tests record them).
+pub trait PublishObserver: Send + Sync {
+    /// A Publish of `pages` by `rank` is about to be sent.
+    fn sending(&self, rank: u32, pages: &[AckedPage]);
+    /// Its PublishDurable came: `acked` holds the pages stored and durable (maybe none).
+    fn durable(&self, acked: Acked);
+    /// It failed before PublishDurable came (the connection failed, the daemon refused it).
+    fn failed(&self, rank: u32);
+}
+
+/// A shared [`PublishObserver`].
+#[derive(Clone)]
+pub struct Observer(pub Arc<dyn PublishObserver>);
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
+}
+
 /// How to run a simulated engine.
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
@@ -69,6 +122,8 @@ pub struct EngineOptions {
     pub publish: bool,
     /// Fault injection: worker ranks whose publishes are skipped, so their records never exist.
     pub silent_ranks: Vec<u32>,
+    /// Told of every Publish and of the pages each PublishDurable acknowledged.
+    pub observer: Option<Observer>,
 }
 
 impl EngineOptions {
@@ -80,6 +135,7 @@ impl EngineOptions {
             pool_pages: 1024,
             publish: true,
             silent_ranks: Vec::new(),
+            observer: None,
         }
     }
 }
@@ -213,6 +269,32 @@ pub fn miss_name(code: u16) -> String {
         .map_or_else(|| format!("reason_{code}"), |s| (*s).to_owned())
 }
 
+/// What [`SimEngine::check`] found for one page a proof named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckedPage {
+    /// The cache group.
+    pub group: u32,
+    /// The rank.
+    pub rank: u32,
+    /// The block index in the group's hash list.
+    pub block: u32,
+    /// The Load's status for the page.
+    pub status: PageStatus,
+    /// Bytes that differ from what the computation produces (for a page loaded `ok`).
+    pub wrong_bytes: u64,
+}
+
+/// What [`SimEngine::check`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Checked {
+    /// The proven boundary (0 for a miss).
+    pub boundary: u64,
+    /// The miss reason's code, for a miss.
+    pub miss: Option<u16>,
+    /// Every page the proof named, with its outcome.
+    pub pages: Vec<CheckedPage>,
+}
+
 /// One page a worker loads or publishes.
 #[derive(Debug, Clone)]
 struct Item {
@@ -224,6 +306,28 @@ struct Item {
     end: u64,
 }
 
+/// What worker rank `rank` loads of `proof`: each proven block of its rank with its hash (from
+/// `hash`, by group and block index); blocks without a hash are left out.
+fn load_items(proof: &Proof, rank: u32, hash: &dyn Fn(u32, u32) -> Option<Vec<u8>>) -> Vec<Item> {
+    proof
+        .loads
+        .iter()
+        .filter(|l| l.rank == rank)
+        .flat_map(|l| {
+            l.blocks.iter().filter_map(move |&b| {
+                Some(Item {
+                    block: b,
+                    group: l.group,
+                    hash: hash(l.group, b)?,
+                    parent: Vec::new(),
+                    start: 0,
+                    end: 0,
+                })
+            })
+        })
+        .collect()
+}
+
 enum Job {
     Load {
         epoch: u64,
@@ -232,17 +336,20 @@ enum Job {
     },
     Publish {
         epoch: u64,
+        request: u64,
         items: Vec<Item>,
     },
 }
 
-/// A job's result: pages done (and their bytes), pages failed, wrong bytes.
-#[derive(Debug, Default, Clone, Copy)]
+/// A job's result: pages done (and their bytes), pages failed, wrong bytes; for a Load, each
+/// item's outcome (group, block, status, wrong bytes), in item order.
+#[derive(Debug, Default, Clone)]
 struct Done {
     ok: u64,
     bytes: u64,
     failed: u64,
     wrong_bytes: u64,
+    pages: Vec<(u32, u32, PageStatus, u64)>,
 }
 
 /// A worker rank: its connection, token and pool.
@@ -291,6 +398,7 @@ impl Worker {
             for (j, (it, st)) in batch.iter().zip(&statuses).enumerate() {
                 if *st != PageStatus::Ok {
                     done.failed += 1;
+                    done.pages.push((it.group, it.block, *st, 0));
                     continue;
                 }
                 let Some(g) = self.region(it.group) else {
@@ -298,17 +406,29 @@ impl Worker {
                 };
                 let mut got = vec![0u8; self.inst.group_page_bytes(&g) as usize];
                 self.pool.read(j as u32, g.offset, &mut got)?;
-                done.wrong_bytes +=
+                let wrong =
                     payload::wrong_bytes(&self.inst.identity, it.group, self.rank, &it.hash, &got);
+                done.wrong_bytes += wrong;
+                done.pages.push((it.group, it.block, *st, wrong));
                 done.ok += 1;
                 done.bytes += got.len() as u64;
+            }
+            for it in batch.iter().skip(statuses.len()) {
+                done.pages
+                    .push((it.group, it.block, PageStatus::Missing, 0));
             }
             done.failed += batch.len().saturating_sub(statuses.len()) as u64;
         }
         Ok(done)
     }
 
-    fn publish(&mut self, epoch: u64, items: &[Item]) -> Result<Done> {
+    fn publish(
+        &mut self,
+        epoch: u64,
+        request: u64,
+        items: &[Item],
+        observer: Option<&Observer>,
+    ) -> Result<Done> {
         let mut done = Done::default();
         let chunk = self.pool.spec().pages.max(1) as usize;
         for batch in items.chunks(chunk) {
@@ -336,6 +456,22 @@ impl Worker {
                     page,
                 });
             }
+            // What the observer is told: every page sent, then those acknowledged.
+            let mut named: Vec<AckedPage> = Vec::new();
+            if let Some(o) = observer {
+                named = batch
+                    .iter()
+                    .map(|it| AckedPage {
+                        group: it.group,
+                        hash: it.hash.clone(),
+                        parent: it.parent.clone(),
+                        start: it.start,
+                        end: it.end,
+                    })
+                    .collect();
+                o.0.sending(self.rank, &named);
+            }
+            let sent = Instant::now();
             // The first reply frees the pages; the second says which records are stored.
             let stored = self.client.publish(
                 PublishRequest {
@@ -344,15 +480,38 @@ impl Worker {
                     pages,
                 },
                 |_| {},
-            )?;
+            );
+            let stored = match stored {
+                Ok(s) => s,
+                Err(e) => {
+                    if let Some(o) = observer {
+                        o.0.failed(self.rank);
+                    }
+                    return Err(e.into());
+                }
+            };
+            let durable = Instant::now();
             let mut ok = 0;
-            for (it, st) in batch.iter().zip(&stored.pages) {
+            let mut acked = Vec::new();
+            for (j, (it, st)) in batch.iter().zip(&stored.pages).enumerate() {
                 if *st == PageStatus::Ok {
                     ok += 1;
                     done.bytes += self
                         .region(it.group)
                         .map_or(0, |g| self.inst.group_page_bytes(&g));
+                    if let Some(p) = named.get(j) {
+                        acked.push(p.clone());
+                    }
                 }
+            }
+            if let Some(o) = observer {
+                o.0.durable(Acked {
+                    request,
+                    rank: self.rank,
+                    sent,
+                    durable,
+                    pages: acked,
+                });
             }
             done.ok += ok;
             done.failed += batch.len() as u64 - ok;
@@ -360,7 +519,12 @@ impl Worker {
         Ok(done)
     }
 
-    fn serve(mut self, jobs: Receiver<Job>, done: Sender<Result<Done>>) {
+    fn serve(
+        mut self,
+        jobs: Receiver<Job>,
+        done: Sender<Result<Done>>,
+        observer: Option<Observer>,
+    ) {
         for job in jobs {
             let r = match job {
                 Job::Load {
@@ -368,7 +532,11 @@ impl Worker {
                     lease,
                     items,
                 } => self.load(epoch, lease, &items),
-                Job::Publish { epoch, items } => self.publish(epoch, &items),
+                Job::Publish {
+                    epoch,
+                    request,
+                    items,
+                } => self.publish(epoch, request, &items, observer.as_ref()),
             };
             if done.send(r).is_err() {
                 return;
@@ -425,6 +593,7 @@ fn spawn_worker(opts: &EngineOptions, rank: u32) -> WorkerHandle {
     let (jobs_tx, jobs_rx) = channel();
     let (done_tx, done_rx) = channel();
     let (socket, inst, pages) = (opts.socket.clone(), opts.instance.clone(), opts.pool_pages);
+    let observer = opts.observer.clone();
     let thread = std::thread::spawn(move || {
         let setup = (|| -> Result<Worker> {
             let mut client = connect(&socket, "engine-sim worker")?;
@@ -443,7 +612,7 @@ fn spawn_worker(opts: &EngineOptions, rank: u32) -> WorkerHandle {
         match setup {
             Ok(w) => {
                 if done_tx.send(Ok(Done::default())).is_ok() {
-                    w.serve(jobs_rx, done_tx);
+                    w.serve(jobs_rx, done_tx, observer);
                 }
             }
             Err(e) => {
@@ -490,9 +659,12 @@ pub struct SimEngine {
     scheduler: Client,
     token: Token,
     epoch: u64,
+    namespace: [u8; 32],
     hasher: VllmHasher,
     workers: Vec<WorkerHandle>,
     report: Report,
+    /// The number the next request gets.
+    next_request: u64,
 }
 
 impl SimEngine {
@@ -503,18 +675,20 @@ impl SimEngine {
         let workers: Vec<WorkerHandle> =
             (0..inst.workers).map(|r| spawn_worker(&opts, r)).collect();
         let mut scheduler = connect(&opts.socket, "engine-sim scheduler")?;
-        let (token, epoch) = register(&mut scheduler, inst, Role::Scheduler, 0)?;
+        let seal = scheduler.register(inst.registration(Role::Scheduler, 0)?)?;
         for w in &workers {
             w.wait()?;
         }
         Ok(Self {
             opts,
             scheduler,
-            token,
-            epoch,
+            token: seal.token,
+            epoch: seal.epoch,
+            namespace: seal.namespace,
             hasher,
             workers,
             report: Report::default(),
+            next_request: 0,
         })
     }
 
@@ -526,6 +700,86 @@ impl SimEngine {
     /// The session epoch.
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// The instance's namespace, as the seal named it.
+    pub fn namespace(&self) -> [u8; 32] {
+        self.namespace
+    }
+
+    /// Checks stored records without publishing: acquires `[origin, end)` of `groups` (each
+    /// group's hash list, as a Query names them), loads every page the proof names into the
+    /// workers' pages, compares each loaded byte with what the computation produces, and
+    /// releases the lease. A proven record that left the store before it was pinned is asked
+    /// for again, a few times.
+    pub fn check(&mut self, origin: u64, end: u64, groups: Vec<GroupHashes>) -> Result<Checked> {
+        let query = QueryRequest {
+            token: self.token,
+            epoch: self.epoch,
+            origin,
+            end,
+            groups,
+        };
+        let mut tries = 0;
+        let acquired = loop {
+            match self.scheduler.acquire(query.clone()) {
+                Err(ClientError::Refused {
+                    code: crate::protocol::ErrorCode::RetryLater,
+                    retry_after,
+                    ..
+                }) if tries < 8 => {
+                    tries += 1;
+                    std::thread::sleep(retry_after.max(Duration::from_millis(1)));
+                }
+                other => break other?,
+            }
+        };
+        let (lease, proof) = match acquired {
+            Acquired::Leased { lease, proof, .. } => (lease, proof),
+            Acquired::Miss { reason, .. } => {
+                return Ok(Checked {
+                    miss: Some(reason),
+                    ..Checked::default()
+                });
+            }
+        };
+        let hash = |group: u32, b: u32| {
+            query
+                .groups
+                .iter()
+                .find(|g| g.group == group)
+                .and_then(|g| g.hashes.get(b as usize))
+                .cloned()
+        };
+        for w in &self.workers {
+            let items = load_items(&proof, w.rank, &hash);
+            w.submit(Job::Load {
+                epoch: self.epoch,
+                lease,
+                items,
+            })?;
+        }
+        let mut out = Checked {
+            boundary: proof.boundary,
+            ..Checked::default()
+        };
+        for w in &self.workers {
+            let d = w.wait()?;
+            out.pages
+                .extend(
+                    d.pages
+                        .iter()
+                        .map(|&(group, block, status, wrong_bytes)| CheckedPage {
+                            group,
+                            rank: w.rank,
+                            block,
+                            status,
+                            wrong_bytes,
+                        }),
+                );
+        }
+        self.scheduler.release(self.token, lease)?;
+        Ok(out)
     }
 
     /// Everything run so far.
@@ -583,7 +837,9 @@ impl SimEngine {
     /// Runs one request of `tokens`: acquire what the daemon can prove, load and check it,
     /// release, publish the rest.
     pub fn run(&mut self, tokens: &[u64]) -> Result<RequestOutcome> {
-        let r = self.run_inner(tokens);
+        let request = self.next_request;
+        self.next_request += 1;
+        let r = self.run_inner(tokens, request);
         match &r {
             Ok(o) => self.report.add(o, self.opts.instance.block_tokens),
             Err(_) => self.report.errors += 1,
@@ -591,7 +847,7 @@ impl SimEngine {
         r
     }
 
-    fn run_inner(&mut self, tokens: &[u64]) -> Result<RequestOutcome> {
+    fn run_inner(&mut self, tokens: &[u64], request: u64) -> Result<RequestOutcome> {
         let started = Instant::now();
         let hashes = self
             .hasher
@@ -625,23 +881,7 @@ impl SimEngine {
             Acquired::Leased { lease, proof, .. } => {
                 out.unproven = !self.proven(&proof, blocks);
                 for w in &self.workers {
-                    let items: Vec<Item> = proof
-                        .loads
-                        .iter()
-                        .filter(|l| l.rank == w.rank)
-                        .flat_map(|l| {
-                            l.blocks.iter().filter_map(|&b| {
-                                Some(Item {
-                                    block: b,
-                                    group: l.group,
-                                    hash: hashes.get(b as usize)?.clone(),
-                                    parent: Vec::new(),
-                                    start: 0,
-                                    end: 0,
-                                })
-                            })
-                        })
-                        .collect();
+                    let items = load_items(&proof, w.rank, &|_, b| hashes.get(b as usize).cloned());
                     w.submit(Job::Load {
                         epoch: self.epoch,
                         lease,
@@ -672,6 +912,7 @@ impl SimEngine {
             }
             w.submit(Job::Publish {
                 epoch: self.epoch,
+                request,
                 items: items.clone(),
             })?;
             publishing.push(w);

@@ -8,5 +8,8 @@ pub mod instance;
 pub mod payload;
 pub mod workload;
 
-pub use engine::{EngineOptions, Pages, Report, RequestOutcome, SimEngine, SimError};
+pub use engine::{
+    Acked, AckedPage, Checked, CheckedPage, EngineOptions, Observer, Pages, PublishObserver,
+    Report, RequestOutcome, SimEngine, SimError,
+};
 pub use instance::{SimContract, SimGroup, SimInstance};

@@ -3,6 +3,7 @@
 #![allow(dead_code, reason = "shared by several test files; each uses a subset")]
 
 pub mod pages;
+pub mod slow_io;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,10 +35,10 @@ pub fn store(dir: &Path) -> Arc<StateStore> {
     Arc::new(StateStore::open(io, c).unwrap_or_else(|e| panic!("{e}")))
 }
 
-/// A store on the fault-injecting backend `io`, syncing every put as `orbitkv serve` does.
+/// A store on the fault-injecting backend `io`, holding records back until durable as `orbitkv serve` does.
 pub fn fault_store(io: &orbitkv_store::io::fault::FaultIo, read_only: bool) -> Arc<StateStore> {
     let mut c = StoreConfig::new("data");
-    c.durability = orbitkv_store::Durability::EveryPut;
+    c.durability = orbitkv_store::Durability::Group;
     c.read_only = read_only;
     let io: Arc<dyn orbitkv_store::io::Io> = Arc::new(io.clone());
     Arc::new(StateStore::open(io, c).unwrap_or_else(|e| panic!("{e}")))

@@ -54,15 +54,23 @@ fn failure(socket: &std::path::Path, e: ClientError) -> Failure {
     }
 }
 
-/// Metric lines (`name value`, `name{labels} value`) as an object.
+/// Metric lines (`name value`, `name{labels} value`) as an object; comment lines (`# HELP`,
+/// `# TYPE`, `# EOF`) are skipped.
 fn metrics_object(text: &str) -> Value {
     let mut m = Map::new();
     for line in text.lines().filter(|l| !l.starts_with('#')) {
-        if let Some((name, value)) = line.rsplit_once(' ')
-            && let Ok(v) = value.parse::<u64>()
-        {
-            m.insert(name.to_owned(), json!(v));
-        }
+        let Some((name, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        // Counts stay integers; a histogram's sum is written as a float (`0.0`, `1.5e-5`).
+        let v = match value.parse::<u64>() {
+            Ok(v) => json!(v),
+            Err(_) => match value.parse::<f64>() {
+                Ok(v) if v.is_finite() => json!(v),
+                _ => continue,
+            },
+        };
+        m.insert(name.to_owned(), v);
     }
     Value::Object(m)
 }
@@ -92,5 +100,30 @@ pub fn run(a: &AdminArgs, out: &Output) -> Result<(), Failure> {
             c.sync().map_err(fail)?;
             out.emit("synced\n", || json!({ "synced": true }))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::metrics_object;
+    use serde_json::json;
+
+    #[test]
+    fn metric_lines_become_numbers_and_comments_are_skipped() {
+        let text = "# HELP orbitkv_queries_total Queries.\n# TYPE orbitkv_queries_total counter\n\
+                    orbitkv_queries_total 3\n\
+                    orbitkv_request_seconds_bucket{kind=\"load\",le=\"+Inf\"} 2\n\
+                    orbitkv_request_seconds_sum{kind=\"load\"} 0.0\n\
+                    orbitkv_request_seconds_sum{kind=\"query\"} 2.5e-5\n\
+                    not a number\n# EOF\n";
+        assert_eq!(
+            metrics_object(text),
+            json!({
+                "orbitkv_queries_total": 3,
+                "orbitkv_request_seconds_bucket{kind=\"load\",le=\"+Inf\"}": 2,
+                "orbitkv_request_seconds_sum{kind=\"load\"}": 0.0,
+                "orbitkv_request_seconds_sum{kind=\"query\"}": 2.5e-5,
+            })
+        );
     }
 }

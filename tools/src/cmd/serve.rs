@@ -3,23 +3,25 @@
 //! port, capacities from the machine — and prints where it listens. SIGTERM or SIGINT stops it
 //! cleanly: no new connections, every connection closed, the store synced and closed (its lock
 //! released), exit 0. `--config FILE` reads every option from a TOML file (`deploy/orbitkv.toml`
-//! documents each); a flag overrides the file.
+//! documents each); a flag overrides the file. A background thread compacts sealed segments
+//! whose live fraction fell below a threshold, at a fixed interval.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use orbitkv_manager::metrics::Exporter;
 use orbitkv_manager::peer::PeerPolicy;
 use orbitkv_manager::server::{Server, ServerConfig};
 use orbitkv_segments::Alignment;
-use orbitkv_store::{Durability, StateStore, StoreConfig};
+use orbitkv_store::{Durability, Policy, StateStore, StoreConfig};
 
 use crate::Failure;
-use crate::config::ServeConfig;
+use crate::config::{ServeConfig, parse_fraction, parse_interval, parse_policy};
 use crate::output::Output;
 
 /// `serve` arguments.
@@ -49,12 +51,32 @@ pub struct ServeArgs {
     /// the store already holds].
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
     ssd_bytes: Option<u64>,
+    /// Segment size: a segment is sealed once it would pass it (at most a 64th of the SSD
+    /// budget) [default: 256MiB].
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
+    segment_bytes: Option<u64>,
+    /// Which segments the SSD tier reclaims when full: s3-fifo, fifo, fifo-reinsert
+    /// [default: s3-fifo].
+    #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
+    policy: Option<Policy>,
+    /// How often sealed segments are compacted in the background (`30s`, `500ms`; `0` or `off`
+    /// disables it) [default: 30s].
+    #[arg(long, value_name = "INTERVAL", value_parser = parse_interval)]
+    compact_interval: Option<Duration>,
+    /// Compact sealed segments whose live fraction is below this (`0` or `off`: none)
+    /// [default: 0.5].
+    #[arg(long, value_name = "FRACTION", value_parser = parse_fraction)]
+    compact_threshold: Option<f64>,
 }
 
 /// Without a DRAM budget, the tier gets this fraction of the memory available at start.
 pub const DRAM_FRACTION: f64 = 0.25;
 /// Without an SSD budget, the tier gets this fraction of the free space (plus what it holds).
 pub const SSD_FRACTION: f64 = 0.8;
+/// Background compaction runs this often by default.
+pub const COMPACT_INTERVAL: Duration = Duration::from_secs(30);
+/// By default, sealed segments less live than this are compacted.
+pub const COMPACT_THRESHOLD: f64 = 0.5;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -119,6 +141,44 @@ fn free_bytes(dir: &Path) -> Option<u64> {
     Some(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
+/// Starts the background compactor: every `every`, the sealed segments of `store` whose live
+/// fraction is below `threshold` are compacted, until [`STOP`] is set.
+fn start_compactor(
+    store: Arc<StateStore>,
+    every: Duration,
+    threshold: f64,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("orbitkv-compact".to_owned())
+        .spawn(move || {
+            let mut next = Instant::now() + every;
+            while !STOP.load(Ordering::Acquire) {
+                let now = Instant::now();
+                if now < next {
+                    std::thread::sleep((next - now).min(Duration::from_millis(20)));
+                    continue;
+                }
+                let started = Instant::now();
+                match store.compact_below(threshold) {
+                    Ok(r) if !r.inputs.is_empty() => tracing::info!(
+                        inputs = r.inputs.len(),
+                        outputs = r.outputs.len(),
+                        copied = r.copied,
+                        dropped = r.dropped_dead + r.dropped_bad,
+                        freed_bytes = r.input_bytes.saturating_sub(r.output_bytes),
+                        ms = started.elapsed().as_millis() as u64,
+                        "background compaction: {} segments below {threshold} live rewritten into {}",
+                        r.inputs.len(),
+                        r.outputs.len()
+                    ),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!("background compaction failed: {e}"),
+                }
+                next = Instant::now() + every;
+            }
+        })
+}
+
 /// Runs the daemon until a signal stops it.
 pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
     let file = match &a.config {
@@ -146,7 +206,9 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
         .map_err(|e| refused(format!("{}: {e}", data_dir.display())))?;
     let (io, direct) = orbitkv_store::io::default_for(&data_dir);
     let mut cfg = StoreConfig::new(&data_dir);
-    cfg.durability = Durability::EveryPut;
+    // Records are readable only once durable; the daemon's committer makes every Publish
+    // waiting durable with one sync.
+    cfg.durability = Durability::Group;
     if direct {
         cfg.alignment = Alignment::Direct;
     }
@@ -167,6 +229,24 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
         }
     };
     cfg.ssd_bytes = Some(ssd.max(orbitkv_store::MIN_SSD_BYTES));
+    if let Some(b) = a.segment_bytes.or(cap.segment_bytes.map(|s| s.0)) {
+        cfg.segment_bytes = b;
+    }
+    if let Some(p) = a.policy {
+        cfg.policy = p;
+    } else if let Some(name) = &cap.policy {
+        cfg.policy = parse_policy(name).map_err(|e| refused(format!("capacity.policy = {e}")))?;
+    }
+    let compact_every = a
+        .compact_interval
+        .or(cap.compact_interval.map(|i| i.0))
+        .unwrap_or(COMPACT_INTERVAL);
+    let compact_threshold = a
+        .compact_threshold
+        .or(cap.compact_threshold)
+        .unwrap_or(COMPACT_THRESHOLD);
+    let compaction = (!compact_every.is_zero() && compact_threshold > 0.0)
+        .then_some((compact_every, compact_threshold));
     let mut server_cfg = ServerConfig::new(&socket);
     let l = &file.limits;
     if let Some(b) = l.max_message_bytes {
@@ -193,6 +273,15 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
     if let Some(b) = l.max_request_bytes {
         server_cfg.max_request_bytes = b.0;
     }
+    if let Some(n) = l.max_connections {
+        server_cfg.max_connections = n;
+    }
+    if let Some(b) = l.max_connection_bytes {
+        server_cfg.max_connection_bytes = b.0;
+    }
+    if let Some(ms) = l.send_timeout_ms {
+        server_cfg.send_timeout = Duration::from_millis(ms.max(1));
+    }
     server_cfg.peers = PeerPolicy {
         uids: file.peers.uids.clone(),
         gids: file.peers.gids.clone(),
@@ -208,14 +297,22 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
         "buffered"
     };
     let gpu = page_backend();
+    let compaction_text = match compaction {
+        Some((every, threshold)) => format!(
+            "every {:.3} s, segments below {threshold} live",
+            every.as_secs_f64()
+        ),
+        None => "off".to_owned(),
+    };
     out.emit(
         &format!(
-            "orbitkv serve: listening on {}\nmetrics: http://{}/metrics\ndata: {} ({backend}; DRAM tier {} bytes, SSD tier {} bytes)\npages: {gpu}\n",
+            "orbitkv serve: listening on {}\nmetrics: http://{}/metrics\ndata: {} ({backend}; DRAM tier {} bytes, SSD tier {} bytes, {} reclaim)\ncompaction: {compaction_text}\npages: {gpu}\n",
             socket.display(),
             exporter.addr(),
             data_dir.display(),
             cfg.dram_bytes,
-            ssd
+            ssd,
+            cfg.policy.name()
         ),
         || {
             serde_json::json!({
@@ -225,11 +322,21 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
             "io": backend,
             "dram_bytes": cfg.dram_bytes,
             "ssd_bytes": ssd,
+            "policy": cfg.policy.name(),
+            "compact_interval_ms": compaction.map(|(e, _)| e.as_millis() as u64),
+            "compact_threshold": compaction.map(|(_, t)| t),
             "pages": gpu,
             })
         },
     )?;
     let _ = std::io::stdout().flush();
+    let compactor = match compaction {
+        Some((every, threshold)) => Some(
+            start_compactor(store.clone(), every, threshold)
+                .map_err(|e| Failure::internal(format!("starting the compactor: {e}")))?,
+        ),
+        None => None,
+    };
     let stopper = server.stopper();
     let watcher = std::thread::spawn(move || {
         while !STOP.load(Ordering::Acquire) {
@@ -237,9 +344,13 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
         }
         stopper.stop();
     });
-    server
-        .run()
-        .map_err(|e| Failure::internal(format!("serving: {e}")))?;
+    let served = server.run();
+    // Whatever ended the server also ends the watcher and the compactor.
+    STOP.store(true, Ordering::Release);
+    if let Some(c) = compactor {
+        let _ = c.join();
+    }
+    served.map_err(|e| Failure::internal(format!("serving: {e}")))?;
     let _ = watcher.join();
     drop(exporter);
     tracing::info!("stopping: syncing and closing the store");

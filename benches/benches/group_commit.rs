@@ -1,0 +1,381 @@
+//! Durability off the request path and group commit, through the daemon's Unix socket (in
+//! process: daemon threads, client threads), each number against a baseline measured in the
+//! same run, rounds interleaved:
+//!
+//! - `behind`: a Query sent on a publisher's own connection once its PublishCopied has arrived,
+//!   while its PublishDurable is still pending (a Publish of 16 pages of 2 MiB), vs the same
+//!   Query on an idle connection at the same time; p50 and p99 of each (target: p99 ratio
+//!   <= 2); and, shown beside, the same Query once no Publish is pending;
+//! - `durable`: PublishDurable throughput with 1, 2 and 8 publishers (each its own instance on
+//!   its own connection, publishing 16 pages of 256 KiB at a time, reusing its pages once
+//!   copied — their bytes written once, as a GPU would write them, not by the CPUs the daemon
+//!   uses — with up to 4 Publishes waiting to be durable) vs raw O_DIRECT writes of the same
+//!   bytes to one file with one fdatasync per batch (a batch: one Publish of every publisher)
+//!   (target >= 0.8).
+//!
+//! Run: `cargo bench -p orbitkv-benches --bench group_commit` (environment:
+//! `ORBITKV_BENCH_ROUNDS`, default 5; `ORBITKV_BENCH_DIR`, default a temporary directory under
+//! `target/`, which must take O_DIRECT). Not a CI gate: docs/performance.md records results.
+
+#![expect(
+    clippy::unwrap_used,
+    reason = "a benchmark harness: a failed setup step ends the run"
+)]
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use orbitkv_benches::{Daemon, env_u64, median_of as median};
+use orbitkv_gpu_bridge::{HostPool, PageRef};
+use orbitkv_manager::client::Client;
+use orbitkv_manager::protocol::message::{
+    GroupHashes, PublishPage, PublishRequest, QueryRequest, Token,
+};
+use orbitkv_manager::protocol::{Message, PageStatus, Role};
+use orbitkv_manager::sim::SimInstance;
+
+/// Pages per Publish.
+const PAGES: u32 = 16;
+/// Publishes one publisher has waiting to be durable at most.
+const DEPTH: usize = 4;
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+/// An instance whose pages are `layers` × 64 KiB (16 tokens × 8 KV heads × 128 × K,V × 2 B).
+fn instance(name: &str, layers: u32) -> SimInstance {
+    let mut s = SimInstance::new(name, 1);
+    s.layers = layers;
+    s.kv_heads = 8;
+    s.head_size = 128;
+    s
+}
+
+fn hash(salt: u32, round: u32, block: u32) -> Vec<u8> {
+    let mut h = vec![0u8; 32];
+    h[..4].copy_from_slice(&salt.to_le_bytes());
+    h[4..8].copy_from_slice(&round.to_le_bytes());
+    h[8..12].copy_from_slice(&block.to_le_bytes());
+    h[31] = 0xC7;
+    h
+}
+
+/// A sealed instance with its worker's pool registered.
+struct Publisher {
+    /// Kept open: its session's token asks the queries.
+    _scheduler: Client,
+    scheduler_token: Token,
+    worker: Client,
+    worker_token: Token,
+    epoch: u64,
+    pool: HostPool,
+    salt: u32,
+    sim: SimInstance,
+}
+
+impl Publisher {
+    fn seal(socket: &Path, sim: SimInstance, salt: u32) -> Self {
+        let threads: Vec<_> = [(Role::Scheduler, 0), (Role::Worker, 0)]
+            .into_iter()
+            .map(|(role, rank)| {
+                let (socket, sim) = (socket.to_owned(), sim.clone());
+                std::thread::spawn(move || {
+                    let mut c = Client::connect(&socket).unwrap();
+                    let m = c
+                        .request(&Message::Register(sim.registration(role, rank).unwrap()))
+                        .unwrap();
+                    let Message::Sealed { token, epoch, .. } = m else {
+                        panic!("not sealed: {m:?}")
+                    };
+                    (c, token, epoch)
+                })
+            })
+            .collect();
+        let mut out: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let (mut worker, worker_token, epoch) = out.pop().unwrap();
+        let (scheduler, scheduler_token, _) = out.pop().unwrap();
+        let spec = sim.pool_spec(1, PAGES);
+        let pool = HostPool::create(spec.clone()).unwrap();
+        let id = worker
+            .send_with_fd(
+                &Message::RegisterPool {
+                    token: worker_token,
+                    spec,
+                    memory: orbitkv_gpu_bridge::PageMemory::Host,
+                },
+                pool.fd(),
+            )
+            .unwrap();
+        assert!(matches!(
+            worker.reply(id).unwrap(),
+            Message::PoolRegistered { .. }
+        ));
+        Self {
+            _scheduler: scheduler,
+            scheduler_token,
+            worker,
+            worker_token,
+            epoch,
+            pool,
+            salt,
+            sim,
+        }
+    }
+
+    /// Writes `src` into the pool's pages (once: an engine's pages are written by its GPU, not
+    /// by a CPU the daemon shares).
+    fn fill(&self, src: &[u8]) {
+        let page = self.sim.page_bytes() as usize;
+        for i in 0..PAGES {
+            self.pool.reuse(i).unwrap();
+            self.pool
+                .write(i, 0, &src[i as usize * page..][..page])
+                .unwrap();
+        }
+    }
+
+    /// Reuses the pool's pages for round `round` (new generations, the bytes `fill` wrote);
+    /// the Publish naming them.
+    fn prepare(&self, round: u32) -> Message {
+        let pages: Vec<PageRef> = (0..PAGES).map(|i| self.pool.reuse(i).unwrap()).collect();
+        Message::Publish(PublishRequest {
+            token: self.worker_token,
+            epoch: self.epoch,
+            pages: pages
+                .iter()
+                .enumerate()
+                .map(|(b, p)| {
+                    let b = b as u32;
+                    PublishPage {
+                        group: 0,
+                        rank: 0,
+                        hash: hash(self.salt, round, b),
+                        parent: if b == 0 {
+                            vec![]
+                        } else {
+                            hash(self.salt, round, b - 1)
+                        },
+                        start: u64::from(b) * 16,
+                        end: u64::from(b + 1) * 16,
+                        page: *p,
+                    }
+                })
+                .collect(),
+        })
+    }
+
+    /// Sends `publish` and waits for its PublishCopied; returns its request id.
+    fn until_copied(&mut self, publish: &Message) -> u64 {
+        let id = self.worker.send(publish).unwrap();
+        let Message::PublishCopied { pages } = self.worker.reply(id).unwrap() else {
+            panic!("no PublishCopied")
+        };
+        assert!(pages.iter().all(|p| *p == PageStatus::Ok));
+        id
+    }
+
+    /// Waits for the PublishDurable of request `id`.
+    fn until_durable(&mut self, id: u64) {
+        let Message::PublishDurable { pages, .. } = self.worker.reply(id).unwrap() else {
+            panic!("no PublishDurable")
+        };
+        assert!(pages.iter().all(|p| *p == PageStatus::Ok));
+    }
+
+    fn query(&self, round: u32, blocks: u32) -> Message {
+        Message::Query(QueryRequest {
+            token: self.scheduler_token,
+            epoch: self.epoch,
+            origin: 0,
+            end: 16 * u64::from(blocks),
+            groups: vec![GroupHashes {
+                group: 0,
+                hashes: (0..blocks).map(|b| hash(self.salt, round, b)).collect(),
+            }],
+        })
+    }
+}
+
+fn source(bytes: usize, salt: u32) -> Vec<u8> {
+    (0..bytes)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).wrapping_add(salt) as u8)
+        .collect()
+}
+
+/// A 4096-aligned copy of `bytes` for O_DIRECT writes.
+fn aligned(bytes: &[u8]) -> (Vec<u8>, usize) {
+    let mut v = vec![0u8; bytes.len() + 4096];
+    let pad = v.as_ptr().align_offset(4096);
+    v[pad..pad + bytes.len()].copy_from_slice(bytes);
+    (v, pad)
+}
+
+/// Raw baseline: `rounds` batches, each `publishers` writes of `bytes` (O_DIRECT, one file,
+/// sequential) and one fdatasync; returns seconds.
+fn raw_batches(path: &Path, src: &[u8], publishers: usize, rounds: u32) -> f64 {
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .unwrap();
+    let (buf, pad) = aligned(src);
+    let data = &buf[pad..pad + src.len()];
+    let t = Instant::now();
+    let mut at = 0u64;
+    for _ in 0..rounds {
+        for _ in 0..publishers {
+            f.write_all_at(data, at).unwrap();
+            at += data.len() as u64;
+        }
+        f.sync_data().unwrap();
+    }
+    let secs = t.elapsed().as_secs_f64();
+    drop(f);
+    let _ = std::fs::remove_file(path);
+    secs
+}
+
+fn main() {
+    let reps = env_u64("ORBITKV_BENCH_ROUNDS", 5).max(1) as u32;
+    let base = std::env::var("ORBITKV_BENCH_DIR").map_or_else(
+        |_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        PathBuf::from,
+    );
+    std::fs::create_dir_all(&base).unwrap();
+    let tmp = tempfile::tempdir_in(&base).unwrap();
+    let d = Daemon::start(tmp.path(), 256 << 20);
+    println!("group-commit bench: {reps} interleaved repetitions");
+
+    // Behind: 16 x 2 MiB Publishes, a Query on the same connection while each is pending.
+    let mut p = Publisher::seal(&d.socket, instance("behind", 32), 1);
+    let page = p.sim.page_bytes() as usize;
+    let src = source(page * PAGES as usize, 1);
+    p.fill(&src);
+    let first = p.prepare(0);
+    let id = p.until_copied(&first);
+    p.until_durable(id);
+    let q = p.query(0, PAGES);
+    let mut idle = Client::connect(&d.socket).unwrap();
+    let (mut behind, mut beside, mut quiet) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut pending_seen, mut total) = (0u32, 0u32);
+    let timed = |c: &mut Client| {
+        let t = Instant::now();
+        let id = c.send(&q).unwrap();
+        let r = c.reply(id).unwrap();
+        assert!(matches!(r, Message::Proof(_)));
+        t.elapsed().as_secs_f64()
+    };
+    for round in 1..=reps * 40 {
+        let publish = p.prepare(round);
+        let id = p.until_copied(&publish);
+        // The same Query on the publisher's connection and on an idle one, both while the
+        // Publish is being made durable (in turn first, so neither always goes first).
+        if round % 2 == 0 {
+            behind.push(timed(&mut p.worker));
+            beside.push(timed(&mut idle));
+        } else {
+            beside.push(timed(&mut idle));
+            behind.push(timed(&mut p.worker));
+        }
+        // Was the PublishDurable still pending then? (Had it come first, the client would
+        // have kept it aside and this would return at once.)
+        let before = Instant::now();
+        p.until_durable(id);
+        if before.elapsed().as_micros() > 100 {
+            pending_seen += 1;
+        }
+        total += 1;
+        // And once the machine is quiet again.
+        quiet.push(timed(&mut idle));
+    }
+    let (b50, b99) = (percentile(&mut behind, 50.0), percentile(&mut behind, 99.0));
+    let (s50, s99) = (percentile(&mut beside, 50.0), percentile(&mut beside, 99.0));
+    let (q50, q99) = (percentile(&mut quiet, 50.0), percentile(&mut quiet, 99.0));
+    println!(
+        "behind a Publish of {PAGES} x {} MiB ({pending_seen} of {total} still pending after both Queries): on the publisher's connection p50 {:.1} us p99 {:.1} us; on an idle connection at the same time p50 {:.1} us p99 {:.1} us; behind / idle = {:.2} at p50, {:.2} at p99 (target <= 2 at p99); on an idle connection with no Publish pending p50 {:.1} us p99 {:.1} us (behind / that = {:.2} at p99)",
+        page >> 20,
+        b50 * 1e6,
+        b99 * 1e6,
+        s50 * 1e6,
+        s99 * 1e6,
+        b50 / s50,
+        b99 / s99,
+        q50 * 1e6,
+        q99 * 1e6,
+        b99 / q99
+    );
+    drop(p);
+    drop(idle);
+
+    // Durable throughput with 1, 2 and 8 publishers vs raw O_DIRECT batches.
+    const ROUNDS: u32 = 16;
+    for publishers in [1usize, 2, 8] {
+        let mut pubs: Vec<Publisher> = (0..publishers)
+            .map(|i| {
+                Publisher::seal(
+                    &d.socket,
+                    instance(&format!("durable-{publishers}-{i}"), 4),
+                    100 + i as u32,
+                )
+            })
+            .collect();
+        let page = pubs[0].sim.page_bytes() as usize;
+        let per_publish = page * PAGES as usize;
+        let src = source(per_publish, 7);
+        for p in &pubs {
+            p.fill(&src);
+        }
+        let bytes = (per_publish * publishers) as f64 * f64::from(ROUNDS);
+        let (mut daemon, mut raw) = (Vec::new(), Vec::new());
+        for rep in 0..reps {
+            let barrier = Arc::new(Barrier::new(publishers));
+            let t = Instant::now();
+            std::thread::scope(|sc| {
+                for p in pubs.iter_mut() {
+                    let barrier = barrier.clone();
+                    sc.spawn(move || {
+                        barrier.wait();
+                        // As an engine publishes: its pages are reused once copied, while
+                        // up to DEPTH earlier Publishes wait to be durable.
+                        let mut waiting = std::collections::VecDeque::new();
+                        for r in 0..ROUNDS {
+                            let publish = p.prepare(1000 + rep * ROUNDS + r);
+                            waiting.push_back(p.until_copied(&publish));
+                            if waiting.len() >= DEPTH
+                                && let Some(id) = waiting.pop_front()
+                            {
+                                p.until_durable(id);
+                            }
+                        }
+                        while let Some(id) = waiting.pop_front() {
+                            p.until_durable(id);
+                        }
+                    });
+                }
+            });
+            daemon.push(t.elapsed().as_secs_f64());
+            raw.push(raw_batches(
+                &tmp.path().join("raw.bin"),
+                &src,
+                publishers,
+                ROUNDS,
+            ));
+        }
+        let (dm, rm) = (median(daemon), median(raw));
+        println!(
+            "durable, {publishers} publisher(s) x {ROUNDS} Publishes of {PAGES} x {} KiB: daemon {:.2} GB/s, raw O_DIRECT with one fdatasync per batch {:.2} GB/s; daemon / raw = {:.3} (target >= 0.8)",
+            page >> 10,
+            bytes / dm / 1e9,
+            bytes / rm / 1e9,
+            rm / dm
+        );
+    }
+}

@@ -1,0 +1,121 @@
+//! Limits on what peers may hold, through the socket: connections past the configured number
+//! are refused with a typed error (and one is accepted again once another closes); the memory
+//! one connection holds — Publish copies waiting to be stored among it — is capped, a Publish
+//! past it refused with a typed, retryable error and nothing copied; limits that do not fit
+//! together refuse to start.
+
+mod common;
+
+use std::time::Duration;
+
+use common::pages::{fill, publish, publish_request, register_pool};
+use common::slow_io::SlowSync;
+use common::{Daemon, seal};
+use orbitkv_manager::client::{Client, ClientError};
+use orbitkv_manager::protocol::{ErrorCode, Message, PageStatus};
+use orbitkv_manager::server::{ServeError, Server, ServerConfig};
+use orbitkv_manager::sim::SimInstance;
+
+#[test]
+fn connections_past_the_limit_are_refused_with_a_typed_error() {
+    let d = Daemon::start_with(|c| c.max_connections = 3);
+    let mut held: Vec<Client> = (0..3).map(|_| d.client()).collect();
+    let mut extra = Client::connect(&d.socket).unwrap_or_else(|e| panic!("{e}"));
+    match extra.hello("extra") {
+        Err(ClientError::Refused {
+            code: ErrorCode::LimitExceeded,
+            detail,
+            ..
+        }) => assert!(detail.contains("at most 3 connections"), "{detail}"),
+        other => panic!("not refused: {other:?}"),
+    }
+    // One closes: a new connection is served.
+    held.pop();
+    let mut again = None;
+    for _ in 0..100 {
+        let mut c = Client::connect(&d.socket).unwrap_or_else(|e| panic!("{e}"));
+        if c.hello("again").is_ok() {
+            again = Some(c);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut c = again.unwrap_or_else(|| panic!("no connection accepted after one closed"));
+    let stats = c.stats().unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        stats.contains("orbitkv_refused_connections_total "),
+        "{stats}"
+    );
+}
+
+#[test]
+fn publishes_waiting_to_be_stored_are_held_to_the_connections_memory() {
+    let io = SlowSync::default();
+    let store = io.store();
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut sim = SimInstance::new("mem", 1);
+    sim.kv_heads = 8;
+    sim.head_size = 64;
+    let page = sim.page_bytes();
+    // Room for two pages' copies beside one body: the third Publish in flight is refused.
+    let d = Daemon::serve(store, dir, |c| {
+        c.max_body = 64 << 10;
+        c.max_request_bytes = page;
+        c.max_connection_bytes = (64 << 10) + 2 * page;
+    });
+    let mut s = seal(&d, &sim);
+    let pool = register_pool(&mut s, &sim);
+    let p0 = fill(&sim, &pool, 0, 0);
+    assert_eq!(publish(&mut s, &sim, &[(0, p0)]), vec![PageStatus::Ok]);
+    // Stores now take 400 ms per sync: Publishes pile up behind the first.
+    io.set_delay(Duration::from_millis(400));
+    let mut ids = Vec::new();
+    for b in 1..5u32 {
+        let p = fill(&sim, &pool, b, b);
+        let req = publish_request(&s, &sim, 0, 0, &[(b, p)]);
+        ids.push(
+            s.workers[0]
+                .0
+                .send(&Message::Publish(req))
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
+    }
+    let (mut durable, mut refused) = (0, 0);
+    for id in ids {
+        match s.workers[0].0.reply(id) {
+            Ok(Message::PublishCopied { .. }) => match s.workers[0].0.reply(id) {
+                Ok(Message::PublishDurable { pages, .. }) => {
+                    assert_eq!(pages, vec![PageStatus::Ok]);
+                    durable += 1;
+                }
+                other => panic!("{other:?}"),
+            },
+            Err(ClientError::Refused {
+                code: ErrorCode::RetryLater,
+                detail,
+                ..
+            }) => {
+                assert!(detail.contains("memory limit"), "{detail}");
+                refused += 1;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(
+        durable >= 1 && refused >= 1,
+        "{durable} durable, {refused} refused"
+    );
+    io.set_delay(Duration::ZERO);
+}
+
+#[test]
+fn limits_that_do_not_fit_together_refuse_to_start() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut c = ServerConfig::new(dir.path().join("s.sock"));
+    c.max_connection_bytes = c.max_request_bytes;
+    match Server::bind(c, common::store(&dir.path().join("data"))) {
+        Err(ServeError::Config(why)) => assert!(why.contains("at least"), "{why}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("started with a connection memory below one request"),
+    }
+}
