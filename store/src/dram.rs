@@ -36,7 +36,18 @@ struct Queues {
     small_bytes: u64,
     main_bytes: u64,
     ghost: Ghost,
+    /// Memory of evicted copies, reused for new ones of the same length: an insert then copies
+    /// into pages already faulted in rather than into fresh ones the kernel must zero first.
+    free: Vec<Box<[u8]>>,
+    free_bytes: u64,
 }
+
+/// Memory of evicted copies kept for reuse, at most this fraction of the budget…
+const FREE_FRACTION: u64 = 16;
+/// …and at most this many bytes…
+const FREE_MAX: u64 = 64 << 20;
+/// …of copies at least this long (a smaller allocation comes from memory the allocator keeps).
+const FREE_MIN_LEN: u64 = 64 << 10;
 
 /// The DRAM tier.
 pub(crate) struct DramTier {
@@ -122,14 +133,41 @@ impl DramTier {
         }
     }
 
-    /// Keeps a copy of `bytes` as the record of `key` at `sequence`, evicting as needed. Copies
-    /// larger than a quarter of the budget are not kept.
+    /// Keeps a copy of `bytes` as the record of `key` at `sequence`, evicting as needed first.
+    /// Copies larger than a quarter of the budget are not kept.
     pub(crate) fn insert(&self, key: &StateKey, sequence: u64, bytes: &[u8]) {
         let len = bytes.len() as u64;
         if !self.enabled() || len > self.budget / 4 {
             return;
         }
+        let newer_held = |this: &Self| {
+            this.shard(key)
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(key)
+                .is_some_and(|e| e.sequence >= sequence)
+        };
+        if newer_held(self) {
+            return;
+        }
         let mut q = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        let capacity = (self.budget / len.max(1)) as usize;
+        self.evict(&mut q, len, capacity);
+        // Into the memory of an evicted copy of the same length, where there is one.
+        let reusable = len >= FREE_MIN_LEN;
+        let copy: Box<[u8]> = match q
+            .free
+            .iter()
+            .rposition(|b| reusable && b.len() == bytes.len())
+        {
+            Some(i) => {
+                let mut b = q.free.swap_remove(i);
+                q.free_bytes -= len;
+                b.copy_from_slice(bytes);
+                b
+            }
+            None => bytes.into(),
+        };
         {
             let mut map = self.shard(key).write().unwrap_or_else(|p| p.into_inner());
             if map.get(key).is_some_and(|e| e.sequence >= sequence) {
@@ -137,14 +175,13 @@ impl DramTier {
             }
             let entry = Arc::new(Entry {
                 sequence,
-                bytes: bytes.into(),
+                bytes: copy,
                 read: AtomicBool::new(false),
             });
             if map.insert(*key, entry).is_none() {
                 self.entries.fetch_add(1, Ordering::Relaxed);
             }
         }
-        let capacity = (self.budget / len.max(1)) as usize;
         if q.ghost.take(fingerprint(key)) {
             q.main.push_back((*key, sequence, len));
             q.main_bytes += len;
@@ -152,7 +189,15 @@ impl DramTier {
             q.small.push_back((*key, sequence, len));
             q.small_bytes += len;
         }
-        while q.small_bytes + q.main_bytes > self.budget {
+        self.used
+            .store(q.small_bytes + q.main_bytes, Ordering::Relaxed);
+    }
+
+    /// Evicts (S3-FIFO) until `incoming` more bytes fit the budget; the memory of copies it
+    /// drops is kept for reuse, within bounds.
+    fn evict(&self, q: &mut Queues, incoming: u64, capacity: usize) {
+        let keep_free = (self.budget / FREE_FRACTION).min(FREE_MAX);
+        while q.small_bytes + q.main_bytes + incoming > self.budget {
             let from_small = q.small_bytes > self.budget / 10 || q.main.is_empty();
             let popped = if from_small {
                 q.small.pop_front()
@@ -182,11 +227,21 @@ impl DramTier {
                 }
                 Some(false) => {
                     let mut map = shard.write().unwrap_or_else(|p| p.into_inner());
-                    if map.get(&k).is_some_and(|e| e.sequence == seq) {
-                        map.remove(&k);
+                    let gone = if map.get(&k).is_some_and(|e| e.sequence == seq) {
                         self.entries.fetch_sub(1, Ordering::Relaxed);
-                    }
+                        map.remove(&k)
+                    } else {
+                        None
+                    };
                     drop(map);
+                    // Its memory, unless a reader still holds the copy.
+                    if let Some(e) = gone.and_then(|e| Arc::try_unwrap(e).ok())
+                        && n >= FREE_MIN_LEN
+                        && q.free_bytes + n <= keep_free
+                    {
+                        q.free_bytes += n;
+                        q.free.push(e.bytes);
+                    }
                     if from_small {
                         q.ghost.remember(fingerprint(&k), capacity);
                     }
@@ -194,8 +249,6 @@ impl DramTier {
                 None => {}
             }
         }
-        self.used
-            .store(q.small_bytes + q.main_bytes, Ordering::Relaxed);
     }
 }
 
@@ -251,6 +304,28 @@ mod tests {
             !t.get(&key(500), 501, &mut out),
             "unread copies are evicted"
         );
+    }
+
+    #[test]
+    fn evicted_memory_is_reused_and_every_copy_holds_its_own_bytes() {
+        let len = 64 << 10;
+        let t = DramTier::new(64 * len as u64);
+        let mut out = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut reused = 0;
+        for i in 0..256u64 {
+            let bytes = vec![i as u8; len];
+            t.insert(&key(i), i + 1, &bytes);
+            assert!(t.get(&key(i), i + 1, &mut out));
+            assert_eq!(out, bytes, "copy {i}");
+            assert!(t.used_bytes() <= 64 * len as u64);
+            let at = t.with(&key(i), i + 1, |b| b.as_ptr() as usize).unwrap();
+            if !seen.insert(at) {
+                reused += 1;
+            }
+        }
+        // Once the tier is full, each eviction's memory takes the next copy.
+        assert!(reused > 100, "{reused} copies reused evicted memory");
     }
 
     #[test]

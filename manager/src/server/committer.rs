@@ -106,8 +106,12 @@ fn commit(shared: &Shared, jobs: Vec<Job>) {
     }
     for (job, s) in jobs.into_iter().zip(stored) {
         shared.metrics.pages(&s.statuses, false);
-        job.conn.outbox.send(
-            job.request,
+        let (conn, request, started) = (job.conn.clone(), job.request, job.started);
+        // The buffers go back first: the publisher's next Publish, sent as soon as this reply
+        // arrives, finds them.
+        release(job);
+        conn.outbox.send(
+            request,
             &Message::PublishDurable {
                 pages: s.statuses,
                 retry_after_ms: crate::session::millis(s.retry_after),
@@ -115,12 +119,11 @@ fn commit(shared: &Shared, jobs: Vec<Job>) {
         );
         shared
             .metrics
-            .observe(Timed::PublishDurable, job.started.elapsed());
+            .observe(Timed::PublishDurable, started.elapsed());
         shared
             .metrics
             .committed_publishes
             .fetch_add(1, Ordering::Relaxed);
-        release(job);
     }
     shared.metrics.commits.fetch_add(1, Ordering::Relaxed);
 }
