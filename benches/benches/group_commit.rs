@@ -28,14 +28,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
-use orbitkv_benches::{Daemon, env_u64, median_of as median};
+use orbitkv_benches::{Daemon, Sealed, env_u64, median_of as median};
 use orbitkv_gpu_bridge::{HostPool, PageRef};
 use orbitkv_manager::client::Client;
-use orbitkv_manager::protocol::message::{
-    GroupHashes, PublishPage, PublishRequest, QueryRequest, Token,
-};
-use orbitkv_manager::protocol::{Message, PageStatus, Role};
+use orbitkv_manager::protocol::message::{GroupHashes, PublishPage, PublishRequest, QueryRequest};
+use orbitkv_manager::protocol::{Message, PageStatus};
 use orbitkv_manager::sim::SimInstance;
+use orbitkv_store::io::aligned::aligned_buffer;
 
 /// Pages per Publish.
 const PAGES: u32 = 16;
@@ -68,12 +67,7 @@ fn hash(salt: u32, round: u32, block: u32) -> Vec<u8> {
 
 /// A sealed instance with its worker's pool registered.
 struct Publisher {
-    /// Kept open: its session's token asks the queries.
-    _scheduler: Client,
-    scheduler_token: Token,
-    worker: Client,
-    worker_token: Token,
-    epoch: u64,
+    s: Sealed,
     pool: HostPool,
     salt: u32,
     sim: SimInstance,
@@ -81,51 +75,9 @@ struct Publisher {
 
 impl Publisher {
     fn seal(socket: &Path, sim: SimInstance, salt: u32) -> Self {
-        let threads: Vec<_> = [(Role::Scheduler, 0), (Role::Worker, 0)]
-            .into_iter()
-            .map(|(role, rank)| {
-                let (socket, sim) = (socket.to_owned(), sim.clone());
-                std::thread::spawn(move || {
-                    let mut c = Client::connect(&socket).unwrap();
-                    let m = c
-                        .request(&Message::Register(sim.registration(role, rank).unwrap()))
-                        .unwrap();
-                    let Message::Sealed { token, epoch, .. } = m else {
-                        panic!("not sealed: {m:?}")
-                    };
-                    (c, token, epoch)
-                })
-            })
-            .collect();
-        let mut out: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-        let (mut worker, worker_token, epoch) = out.pop().unwrap();
-        let (scheduler, scheduler_token, _) = out.pop().unwrap();
-        let spec = sim.pool_spec(1, PAGES);
-        let pool = HostPool::create(spec.clone()).unwrap();
-        let id = worker
-            .send_with_fd(
-                &Message::RegisterPool {
-                    token: worker_token,
-                    spec,
-                    memory: orbitkv_gpu_bridge::PageMemory::Host,
-                },
-                pool.fd(),
-            )
-            .unwrap();
-        assert!(matches!(
-            worker.reply(id).unwrap(),
-            Message::PoolRegistered { .. }
-        ));
-        Self {
-            _scheduler: scheduler,
-            scheduler_token,
-            worker,
-            worker_token,
-            epoch,
-            pool,
-            salt,
-            sim,
-        }
+        let mut s = Sealed::seal(socket, &sim);
+        let pool = s.register_pool(sim.pool_spec(1, PAGES));
+        Self { s, pool, salt, sim }
     }
 
     /// Writes `src` into the pool's pages (once: an engine's pages are written by its GPU, not
@@ -145,8 +97,8 @@ impl Publisher {
     fn prepare(&self, round: u32) -> Message {
         let pages: Vec<PageRef> = (0..PAGES).map(|i| self.pool.reuse(i).unwrap()).collect();
         Message::Publish(PublishRequest {
-            token: self.worker_token,
-            epoch: self.epoch,
+            token: self.s.worker_token,
+            epoch: self.s.epoch,
             pages: pages
                 .iter()
                 .enumerate()
@@ -172,8 +124,8 @@ impl Publisher {
 
     /// Sends `publish` and waits for its PublishCopied; returns its request id.
     fn until_copied(&mut self, publish: &Message) -> u64 {
-        let id = self.worker.send(publish).unwrap();
-        let Message::PublishCopied { pages } = self.worker.reply(id).unwrap() else {
+        let id = self.s.worker.send(publish).unwrap();
+        let Message::PublishCopied { pages } = self.s.worker.reply(id).unwrap() else {
             panic!("no PublishCopied")
         };
         assert!(pages.iter().all(|p| *p == PageStatus::Ok));
@@ -182,7 +134,7 @@ impl Publisher {
 
     /// Waits for the PublishDurable of request `id`.
     fn until_durable(&mut self, id: u64) {
-        let Message::PublishDurable { pages, .. } = self.worker.reply(id).unwrap() else {
+        let Message::PublishDurable { pages, .. } = self.s.worker.reply(id).unwrap() else {
             panic!("no PublishDurable")
         };
         assert!(pages.iter().all(|p| *p == PageStatus::Ok));
@@ -190,8 +142,8 @@ impl Publisher {
 
     fn query(&self, round: u32, blocks: u32) -> Message {
         Message::Query(QueryRequest {
-            token: self.scheduler_token,
-            epoch: self.epoch,
+            token: self.s.scheduler_token,
+            epoch: self.s.epoch,
             origin: 0,
             end: 16 * u64::from(blocks),
             groups: vec![GroupHashes {
@@ -208,14 +160,6 @@ fn source(bytes: usize, salt: u32) -> Vec<u8> {
         .collect()
 }
 
-/// A 4096-aligned copy of `bytes` for O_DIRECT writes.
-fn aligned(bytes: &[u8]) -> (Vec<u8>, usize) {
-    let mut v = vec![0u8; bytes.len() + 4096];
-    let pad = v.as_ptr().align_offset(4096);
-    v[pad..pad + bytes.len()].copy_from_slice(bytes);
-    (v, pad)
-}
-
 /// Raw baseline: `rounds` batches, each `publishers` writes of `bytes` (O_DIRECT, one file,
 /// sequential) and one fdatasync; returns seconds.
 fn raw_batches(path: &Path, src: &[u8], publishers: usize, rounds: u32) -> f64 {
@@ -226,7 +170,8 @@ fn raw_batches(path: &Path, src: &[u8], publishers: usize, rounds: u32) -> f64 {
         .custom_flags(libc::O_DIRECT)
         .open(path)
         .unwrap();
-    let (buf, pad) = aligned(src);
+    let (mut buf, pad) = aligned_buffer(src.len());
+    buf[pad..pad + src.len()].copy_from_slice(src);
     let data = &buf[pad..pad + src.len()];
     let t = Instant::now();
     let mut at = 0u64;
@@ -279,11 +224,11 @@ fn main() {
         // The same Query on the publisher's connection and on an idle one, both while the
         // Publish is being made durable (in turn first, so neither always goes first).
         if round % 2 == 0 {
-            behind.push(timed(&mut p.worker));
+            behind.push(timed(&mut p.s.worker));
             beside.push(timed(&mut idle));
         } else {
             beside.push(timed(&mut idle));
-            behind.push(timed(&mut p.worker));
+            behind.push(timed(&mut p.s.worker));
         }
         // Was the PublishDurable still pending then? (Had it come first, the client would
         // have kept it aside and this would return at once.)

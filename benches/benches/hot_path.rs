@@ -27,17 +27,17 @@
 )]
 
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use orbitkv_benches::{Daemon, env_u64, median_of as median};
-use orbitkv_gpu_bridge::{HostPool, PageRef};
+use orbitkv_benches::{Daemon, Sealed, env_u64, median_of as median};
+use orbitkv_gpu_bridge::PageRef;
 use orbitkv_manager::client::Client;
 use orbitkv_manager::protocol::message::{
-    GroupHashes, LoadPage, LoadRequest, PublishPage, PublishRequest, QueryRequest, Token,
+    GroupHashes, LoadPage, LoadRequest, PublishPage, PublishRequest, QueryRequest,
 };
-use orbitkv_manager::protocol::{DEFAULT_MAX_BODY, Message, Role, read_frame};
+use orbitkv_manager::protocol::{DEFAULT_MAX_BODY, Message, read_frame};
 use orbitkv_manager::sim::SimInstance;
 
 /// Pages per Load or Publish.
@@ -66,45 +66,6 @@ fn hash(round: u32, block: u32) -> Vec<u8> {
     h[4..8].copy_from_slice(&block.to_le_bytes());
     h[31] = 0xB3;
     h
-}
-
-/// The scheduler's and the worker's clients and tokens, and the epoch.
-struct Sealed {
-    scheduler: Client,
-    scheduler_token: Token,
-    worker: Client,
-    worker_token: Token,
-    epoch: u64,
-}
-
-fn seal(socket: &Path, sim: &SimInstance) -> Sealed {
-    let threads: Vec<_> = [(Role::Scheduler, 0), (Role::Worker, 0)]
-        .into_iter()
-        .map(|(role, rank)| {
-            let (socket, sim) = (socket.to_owned(), sim.clone());
-            std::thread::spawn(move || {
-                let mut c = Client::connect(&socket).unwrap();
-                c.hello("bench").unwrap();
-                let m = c
-                    .request(&Message::Register(sim.registration(role, rank).unwrap()))
-                    .unwrap();
-                let Message::Sealed { token, epoch, .. } = m else {
-                    panic!("not sealed: {m:?}")
-                };
-                (c, token, epoch)
-            })
-        })
-        .collect();
-    let mut out: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-    let (worker, worker_token, epoch) = out.pop().unwrap();
-    let (scheduler, scheduler_token, _) = out.pop().unwrap();
-    Sealed {
-        scheduler,
-        scheduler_token,
-        worker,
-        worker_token,
-        epoch,
-    }
 }
 
 fn publish_request(s: &Sealed, round: u32, pages: &[PageRef]) -> Message {
@@ -201,23 +162,8 @@ fn main() {
             "threads not pinned"
         }
     );
-    let mut s = seal(&d.socket, &sim);
-    let pool = HostPool::create(sim.pool_spec(1, 2 * PAGES)).unwrap();
-    let id = s
-        .worker
-        .send_with_fd(
-            &Message::RegisterPool {
-                token: s.worker_token,
-                spec: sim.pool_spec(1, 2 * PAGES),
-                memory: orbitkv_gpu_bridge::PageMemory::Host,
-            },
-            pool.fd(),
-        )
-        .unwrap();
-    assert!(matches!(
-        s.worker.reply(id).unwrap(),
-        Message::PoolRegistered { .. }
-    ));
+    let mut s = Sealed::seal(&d.socket, &sim);
+    let pool = s.register_pool(sim.pool_spec(1, 2 * PAGES));
     // memcpy baseline buffers (touched first so no page faults are timed).
     let src: Vec<u8> = (0..bytes)
         .map(|i| (i as u32).wrapping_mul(2_654_435_761) as u8)

@@ -178,3 +178,87 @@ impl Drop for Daemon {
         }
     }
 }
+
+/// A sealed one-worker instance: the scheduler's and the worker's clients and tokens, and the
+/// epoch.
+pub struct Sealed {
+    /// The scheduler's connection (its session's token asks the queries).
+    pub scheduler: orbitkv_manager::client::Client,
+    /// The scheduler's token.
+    pub scheduler_token: orbitkv_manager::protocol::message::Token,
+    /// The worker's connection.
+    pub worker: orbitkv_manager::client::Client,
+    /// The worker's token.
+    pub worker_token: orbitkv_manager::protocol::message::Token,
+    /// The seal's epoch.
+    pub epoch: u64,
+}
+
+impl Sealed {
+    /// Registers `sim`'s scheduler and its one worker on `socket` (each on its own connection,
+    /// at once) and waits for the seal.
+    #[expect(
+        clippy::unwrap_used,
+        reason = "a benchmark harness: a failed setup step ends the run"
+    )]
+    pub fn seal(socket: &std::path::Path, sim: &orbitkv_manager::sim::SimInstance) -> Self {
+        use orbitkv_manager::client::Client;
+        use orbitkv_manager::protocol::{Message, Role};
+        let threads: Vec<_> = [(Role::Scheduler, 0), (Role::Worker, 0)]
+            .into_iter()
+            .map(|(role, rank)| {
+                let (socket, sim) = (socket.to_owned(), sim.clone());
+                std::thread::spawn(move || {
+                    let mut c = Client::connect(&socket).unwrap();
+                    c.hello("bench").unwrap();
+                    let m = c
+                        .request(&Message::Register(sim.registration(role, rank).unwrap()))
+                        .unwrap();
+                    let Message::Sealed { token, epoch, .. } = m else {
+                        panic!("not sealed: {m:?}")
+                    };
+                    (c, token, epoch)
+                })
+            })
+            .collect();
+        let mut out: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let (worker, worker_token, epoch) = out.pop().unwrap();
+        let (scheduler, scheduler_token, _) = out.pop().unwrap();
+        Self {
+            scheduler,
+            scheduler_token,
+            worker,
+            worker_token,
+            epoch,
+        }
+    }
+
+    /// The worker registers a host pool of `spec`.
+    #[expect(
+        clippy::unwrap_used,
+        reason = "a benchmark harness: a failed setup step ends the run"
+    )]
+    pub fn register_pool(
+        &mut self,
+        spec: orbitkv_gpu_bridge::PoolSpec,
+    ) -> orbitkv_gpu_bridge::HostPool {
+        use orbitkv_manager::protocol::Message;
+        let pool = orbitkv_gpu_bridge::HostPool::create(spec.clone()).unwrap();
+        let id = self
+            .worker
+            .send_with_fd(
+                &Message::RegisterPool {
+                    token: self.worker_token,
+                    spec,
+                    memory: orbitkv_gpu_bridge::PageMemory::Host,
+                },
+                pool.fd(),
+            )
+            .unwrap();
+        assert!(matches!(
+            self.worker.reply(id).unwrap(),
+            Message::PoolRegistered { .. }
+        ));
+        pool
+    }
+}
