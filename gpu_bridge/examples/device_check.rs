@@ -12,7 +12,7 @@ use std::time::Instant;
 use orbitkv_gpu_bridge::cuda::{Cuda, CudaPool, DeviceCopier, DeviceRegion, Pinned, Stream};
 use orbitkv_gpu_bridge::staging::Item;
 use orbitkv_gpu_bridge::{
-    Bridge, Error, GroupGeometry, HostPool, PoolId, PoolSpec, SharedStates, StagedLoad,
+    Bridge, Error, FencedStates, GroupGeometry, HostPool, PoolId, PoolSpec, StagedLoad,
 };
 
 const PAGES: u32 = 64;
@@ -108,7 +108,7 @@ fn run() -> Result<bool, Error> {
             what: "duplicating the state region's descriptor",
             source,
         })?;
-    let states = SharedStates::attach(dup, &spec)?;
+    let states = FencedStates::attach(dup, &spec)?;
     let ipc_ok = check_ipc(&region, &sources[1], page)?;
     ok &= ipc_ok;
     let pool = Arc::new(CudaPool::new(

@@ -32,5 +32,5 @@ pub mod staging;
 pub use backend::{PageLease, PagePool, StagedLoad};
 pub use error::{Error, Result};
 pub use fence::Bridge;
-pub use host::{AttachedPool, HostPool, SharedStates};
+pub use host::{AttachedPool, FencedStates, HostPool};
 pub use pool::{GroupGeometry, PageMemory, PageRef, PoolId, PoolSpec};

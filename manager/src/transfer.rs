@@ -90,7 +90,7 @@ pub fn register_pool(
             ipc_handle,
             offset,
         } => {
-            let states = orbitkv_gpu_bridge::SharedStates::attach(fd, &spec)
+            let states = orbitkv_gpu_bridge::FencedStates::attach(fd, &spec)
                 .map_err(|e| refuse(ErrorCode::Malformed, e.to_string()))?;
             device_pool(spec, epoch, states, device, ipc_handle, offset)?
         }
@@ -110,7 +110,7 @@ pub const DEVICE_STAGING_BYTES: usize = 64 << 20;
 fn device_pool(
     spec: PoolSpec,
     epoch: u64,
-    states: orbitkv_gpu_bridge::SharedStates,
+    states: orbitkv_gpu_bridge::FencedStates,
     device: i32,
     ipc_handle: [u8; 64],
     offset: u64,

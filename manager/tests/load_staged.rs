@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use orbitkv_gpu_bridge::pool::{check_generation, leases_of};
 use orbitkv_gpu_bridge::staging::{Item, copies, plan};
 use orbitkv_gpu_bridge::{
-    Bridge, GroupGeometry, HostPool, PageLease, PagePool, PageRef, PoolId, PoolSpec, SharedStates,
+    Bridge, FencedStates, GroupGeometry, HostPool, PageLease, PagePool, PageRef, PoolId, PoolSpec,
     StagedLoad,
 };
 use orbitkv_manager::protocol::PageStatus;
@@ -56,7 +56,7 @@ fn spec() -> PoolSpec {
 /// A stand-in for device memory with the CUDA pool's staged-load contract.
 struct StandInDevice {
     spec: PoolSpec,
-    states: SharedStates,
+    states: FencedStates,
     memory: Mutex<Vec<u8>>,
     /// At the start of each batch: the leases still held on the pages of earlier batches.
     held_before_batch: Mutex<Vec<u32>>,
@@ -221,7 +221,7 @@ fn staged_pages_come_straight_from_the_store_and_failures_touch_nothing() {
     assert!(store.unpin(pins[4].1));
 
     let engine = HostPool::create_states(spec()).unwrap();
-    let states = SharedStates::attach(engine.fd().try_clone_to_owned().unwrap(), &spec()).unwrap();
+    let states = FencedStates::attach(engine.fd().try_clone_to_owned().unwrap(), &spec()).unwrap();
     let device = Arc::new(StandInDevice {
         spec: spec(),
         states,

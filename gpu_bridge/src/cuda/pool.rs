@@ -1,0 +1,178 @@
+//! The CUDA pool: engine pages in device memory, leased and fenced like host pages.
+//! Its fencing is the shared [`FencedStates`]; its copies go through a [`DeviceCopier`].
+//! This file holds no `unsafe`.
+
+#![forbid(unsafe_code)]
+
+use std::ops::Range;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::copier::DeviceCopier;
+use super::driver::{Cuda, DeviceRegion};
+use crate::backend::{PageLease, PagePool, StagedLoad};
+use crate::error::{Error, Result};
+use crate::host::FencedStates;
+use crate::pool::{PageRef, PoolSpec, generation_of};
+use crate::staging::Item;
+
+/// A pool of engine pages in device memory, fenced by the same [`FencedStates`] as the host
+/// backend's pools (generation and lease count in one atomic). Copies go through a
+/// [`DeviceCopier`].
+pub struct CudaPool {
+    spec: PoolSpec,
+    epoch: u64,
+    cuda: Cuda,
+    region: DeviceRegion,
+    states: FencedStates,
+    copier: Mutex<DeviceCopier>,
+    detached: AtomicBool,
+}
+
+impl CudaPool {
+    /// A pool of `spec`'s pages in `region`, fenced by the state words the engine shares in
+    /// `states`, copying through `staging` bytes of pinned memory.
+    pub fn new(
+        cuda: Cuda,
+        spec: PoolSpec,
+        epoch: u64,
+        region: DeviceRegion,
+        states: FencedStates,
+        staging: usize,
+    ) -> Result<Self> {
+        spec.validate()?;
+        region.at(
+            0,
+            usize::try_from(spec.page_bytes * u64::from(spec.pages)).unwrap_or(usize::MAX),
+        )?;
+        cuda.bind()?;
+        let copier = DeviceCopier::new(staging)?;
+        Ok(Self {
+            states,
+            spec,
+            epoch,
+            cuda,
+            region,
+            copier: Mutex::new(copier),
+            detached: AtomicBool::new(false),
+        })
+    }
+
+    /// The device region.
+    pub fn region(&self) -> &DeviceRegion {
+        &self.region
+    }
+
+    fn check_attached(&self) -> Result<()> {
+        if self.detached.load(Ordering::Acquire) {
+            return Err(Error::Detached {
+                pool: self.spec.pool,
+            });
+        }
+        Ok(())
+    }
+
+    fn copier(&self) -> Result<std::sync::MutexGuard<'_, DeviceCopier>> {
+        self.cuda.bind()?;
+        Ok(self.copier.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl PagePool for CudaPool {
+    fn spec(&self) -> &PoolSpec {
+        &self.spec
+    }
+
+    fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    fn take_lease(&self, page: PageRef) -> Result<()> {
+        self.check_attached()?;
+        self.states.lease(page)
+    }
+
+    fn release(&self, index: u32) {
+        self.states.release(index);
+    }
+
+    fn generation(&self, index: u32) -> Result<u64> {
+        self.states.generation(index)
+    }
+
+    fn copy_in(
+        &self,
+        lease: &PageLease,
+        group: u32,
+        layers: Range<u32>,
+        bytes: &[u8],
+    ) -> Result<()> {
+        self.check_attached()?;
+        self.states.check(lease.page())?;
+        let item = Item {
+            page: lease.page(),
+            group,
+            layers,
+        };
+        self.copier()?
+            .load(&self.region, &self.spec, &[item], &[bytes], |_| {})
+    }
+
+    fn copy_out(&self, lease: &PageLease, group: u32, out: &mut Vec<u8>) -> Result<()> {
+        out.clear();
+        self.check_attached()?;
+        let page = lease.page();
+        let before = generation_of(self.states.check(page)?);
+        let g = self.spec.group(group)?;
+        let item = Item {
+            page,
+            group,
+            layers: g.all_layers(),
+        };
+        let mut outs = [std::mem::take(out)];
+        self.copier()?
+            .copy_out(&self.region, &self.spec, &[item], &mut outs)?;
+        let [copied] = outs;
+        // As the host backend: a page reused during the copy is not kept.
+        self.states.check_unchanged(page, before)?;
+        *out = copied;
+        Ok(())
+    }
+
+    fn detach(&self) {
+        // Copies hold the copier's lock: taking it waits for one in progress.
+        self.detached.store(true, Ordering::Release);
+        drop(self.copier.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    fn staged(&self) -> Option<&dyn StagedLoad> {
+        Some(self)
+    }
+}
+
+impl StagedLoad for CudaPool {
+    fn load_staged(
+        &self,
+        items: &[Item],
+        fill: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+        done: &mut dyn FnMut(usize, Result<()>),
+    ) -> Result<()> {
+        self.check_attached()?;
+        let mut copier = self.copier()?;
+        // Fenced before anything is filled: each page at the generation its item names.
+        let mut fenced = vec![true; items.len()];
+        for (i, it) in items.iter().enumerate() {
+            if let Err(e) = self.states.check(it.page) {
+                fenced[i] = false;
+                done(i, Err(e));
+            }
+        }
+        copier.load_with(
+            &self.region,
+            &self.spec,
+            items,
+            |i, dst| fenced[i] && fill(i, dst),
+            |i| done(i, Ok(())),
+        )
+    }
+}

@@ -1,0 +1,151 @@
+//! The manager's side of a host pool: the engine's region mapped from the descriptor it passed.
+//! Every offset comes from the registration checked at attach time, never from the region.
+//! Fencing goes through the pool's [`FencedStates`]; this file holds no `unsafe`.
+
+#![forbid(unsafe_code)]
+
+use std::ops::Range;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, RwLock};
+
+use super::fenced_states::FencedStates;
+use super::layout::Layout;
+use super::region::map_registered;
+use crate::backend::{PageLease, PagePool};
+use crate::error::{Error, Result};
+use crate::pool::{PageRef, PoolSpec, generation_of};
+
+/// The manager's side: an engine's pool mapped from the descriptor it passed.
+pub struct AttachedPool {
+    spec: PoolSpec,
+    epoch: u64,
+    layout: Layout,
+    states: FencedStates,
+    /// Set once detached; copies hold the read side while they run.
+    detached: RwLock<bool>,
+}
+
+impl AttachedPool {
+    /// Maps the pool region `fd` refers to, registered as `spec` under session `epoch`: the
+    /// registration must be valid, the region sealed against shrinking and exactly the size
+    /// the registration implies, and its header must agree with the registration.
+    pub fn attach(fd: OwnedFd, spec: PoolSpec, epoch: u64) -> Result<Arc<Self>> {
+        let (layout, region) = map_registered(fd, &spec, true)?;
+        Ok(Arc::new(Self {
+            states: FencedStates::new(spec.clone(), region),
+            spec,
+            epoch,
+            layout,
+            detached: RwLock::new(false),
+        }))
+    }
+
+    /// Runs `f` unless detached, holding off a detach until it returns.
+    fn attached<R>(&self, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        let d = self.detached.read().unwrap_or_else(|e| e.into_inner());
+        if *d {
+            return Err(Error::Detached {
+                pool: self.spec.pool,
+            });
+        }
+        f()
+    }
+
+    /// Checks that `lease` is on this pool and the page is still at its generation.
+    fn check_lease(&self, lease: &PageLease) -> Result<u64> {
+        let page = lease.page();
+        let same_pool = std::ptr::addr_eq(Arc::as_ptr(lease.pool()), std::ptr::from_ref(self));
+        if !same_pool {
+            return Err(Error::UnknownPool { pool: page.pool });
+        }
+        self.states.check(page)
+    }
+}
+
+impl PagePool for AttachedPool {
+    fn spec(&self) -> &PoolSpec {
+        &self.spec
+    }
+
+    fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    fn take_lease(&self, page: PageRef) -> Result<()> {
+        self.attached(|| {
+            if page.pool != self.spec.pool {
+                return Err(Error::UnknownPool { pool: page.pool });
+            }
+            self.states.lease(page)
+        })
+    }
+
+    fn release(&self, index: u32) {
+        self.states.release(index);
+    }
+
+    fn generation(&self, index: u32) -> Result<u64> {
+        self.states.generation(index)
+    }
+
+    fn copy_in(
+        &self,
+        lease: &PageLease,
+        group: u32,
+        layers: Range<u32>,
+        bytes: &[u8],
+    ) -> Result<()> {
+        self.attached(|| {
+            self.check_lease(lease)?;
+            let g = self.spec.group(group)?;
+            if layers.start > layers.end || layers.end > g.layers {
+                return Err(Error::Geometry(format!(
+                    "layers {layers:?} of group {group}, which has {}",
+                    g.layers
+                )));
+            }
+            let expected = g.bytes_for(&layers);
+            if bytes.len() as u64 != expected {
+                return Err(Error::Length {
+                    expected,
+                    got: bytes.len() as u64,
+                });
+            }
+            let base = self.layout.page_base(&self.spec, lease.page().index);
+            let lb = g.layer_bytes as usize;
+            for (l, chunk) in layers.clone().zip(bytes.chunks_exact(lb)) {
+                self.states
+                    .region()
+                    .write(base + g.layer_range(l).start, chunk)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn copy_out(&self, lease: &PageLease, group: u32, out: &mut Vec<u8>) -> Result<()> {
+        out.clear();
+        let r = self.attached(|| {
+            let before = generation_of(self.check_lease(lease)?);
+            let g = self.spec.group(group)?;
+            let total = usize::try_from(g.bytes_for(&g.all_layers()))
+                .map_err(|_| Error::Geometry("group too large".into()))?;
+            out.reserve(total);
+            let base = self.layout.page_base(&self.spec, lease.page().index);
+            let lb = g.layer_bytes as usize;
+            for l in g.all_layers() {
+                self.states
+                    .region()
+                    .append(base + g.layer_range(l).start, lb, out)?;
+            }
+            self.states.check_unchanged(lease.page(), before)
+        });
+        if r.is_err() {
+            out.clear();
+        }
+        r
+    }
+
+    fn detach(&self) {
+        *self.detached.write().unwrap_or_else(|e| e.into_inner()) = true;
+    }
+}

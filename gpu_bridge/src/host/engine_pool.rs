@@ -1,0 +1,142 @@
+//! The engine's side of a host pool: the region it creates, owns and writes pages into.
+//! The region is a sealed memfd, so its size can never change under the manager.
+//! Its `unsafe` is the memfd and seal calls, which have no safe wrapper.
+
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use super::fenced_states::FencedStates;
+use super::layout::Layout;
+use super::region::Region;
+use crate::error::{Error, Result, os_err};
+use crate::pool::{PageRef, PoolSpec};
+
+/// The engine's side: the pool it owns in shared memory.
+pub struct HostPool {
+    layout: Layout,
+    states: FencedStates,
+    fd: OwnedFd,
+}
+
+impl HostPool {
+    /// Creates a pool for `spec` in a new memfd, sealed against shrinking and growing (so a
+    /// mapping of it can never fault past its end), every page at generation 0.
+    pub fn create(spec: PoolSpec) -> Result<Self> {
+        Self::create_region(spec, true)
+    }
+
+    /// Creates the shared state words of a pool whose pages are device memory (registered with
+    /// [`crate::PageMemory::Device`]): the same region without the pages, so the engine and
+    /// the manager fence device pages exactly as host ones. [`HostPool::write`] and
+    /// [`HostPool::read`] refuse: there are no page bytes here.
+    pub fn create_states(spec: PoolSpec) -> Result<Self> {
+        Self::create_region(spec, false)
+    }
+
+    #[expect(unsafe_code, reason = "memfd_create and fcntl have no safe wrapper")]
+    fn create_region(spec: PoolSpec, holds_pages: bool) -> Result<Self> {
+        spec.validate()?;
+        let layout = Layout::of(&spec, holds_pages)?;
+        // SAFETY: memfd_create reads the NUL-terminated name and returns a new descriptor.
+        let raw = unsafe {
+            libc::memfd_create(
+                c"orbitkv-pool".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
+        if raw < 0 {
+            return Err(os_err("memfd_create"));
+        }
+        // SAFETY: `raw` is a descriptor just returned to us and owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let file = File::from(fd);
+        file.set_len(layout.len).map_err(|source| Error::Io {
+            what: "sizing the pool region",
+            source,
+        })?;
+        let fd = OwnedFd::from(file);
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: fcntl on a descriptor we own, with integer arguments only.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(os_err("sealing the pool region"));
+        }
+        let region = Region::map(fd.as_fd(), layout.len)?;
+        region.write(0, &layout.header(&spec))?;
+        Ok(Self {
+            layout,
+            states: FencedStates::new(spec, region),
+            fd,
+        })
+    }
+
+    /// The descriptor to pass to the manager.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// The pool's registration.
+    pub fn spec(&self) -> &PoolSpec {
+        self.states.spec()
+    }
+
+    /// A reference to page `index` at its current generation.
+    pub fn page_ref(&self, index: u32) -> Result<PageRef> {
+        self.states.page_ref(index)
+    }
+
+    /// Reallocates page `index` (refused while the manager holds a lease on it): its generation
+    /// goes up, so every older reference to it is stale. Call it before writing the page's new
+    /// contents. Returns the new reference.
+    pub fn reuse(&self, index: u32) -> Result<PageRef> {
+        self.states.reuse(index)
+    }
+
+    /// Reallocates page `index` even while leased: what a misbehaving engine does (tests).
+    pub fn reuse_ignoring_leases(&self, index: u32) -> Result<PageRef> {
+        self.states.reuse_ignoring_leases(index)
+    }
+
+    /// Leases the manager holds on page `index` now.
+    pub fn leases(&self, index: u32) -> Result<u32> {
+        self.states.leases(index)
+    }
+
+    /// Writes `bytes` into page `index` at `offset`.
+    pub fn write(&self, index: u32, offset: u64, bytes: &[u8]) -> Result<()> {
+        let at = self.page_span(index, offset, bytes.len())?;
+        self.states.region().write(at, bytes)
+    }
+
+    /// Reads page `index` at `offset` into `out`.
+    pub fn read(&self, index: u32, offset: u64, out: &mut [u8]) -> Result<()> {
+        let at = self.page_span(index, offset, out.len())?;
+        self.states.region().read(at, out)
+    }
+
+    /// The fenced state words (and, through them, the mapping): tests scribble on the region.
+    #[cfg(test)]
+    pub(super) fn states(&self) -> &FencedStates {
+        &self.states
+    }
+
+    fn page_span(&self, index: u32, offset: u64, len: usize) -> Result<u64> {
+        let spec = self.spec();
+        spec.check_index(index)?;
+        if !self.layout.holds_pages {
+            return Err(Error::Region(format!(
+                "pool {} keeps its pages in device memory; this region holds only their state words",
+                spec.pool
+            )));
+        }
+        if offset
+            .checked_add(len as u64)
+            .is_none_or(|e| e > spec.page_bytes)
+        {
+            return Err(Error::Length {
+                expected: spec.page_bytes,
+                got: offset.saturating_add(len as u64),
+            });
+        }
+        Ok(self.layout.page_base(spec, index) + offset)
+    }
+}

@@ -1,0 +1,224 @@
+//! Tests of the host backend across its files: region checks, shared state words, mid-copy reuse.
+
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use super::layout::Layout;
+use super::*;
+use crate::backend::{PageLease, PagePool};
+use crate::error::{Error, Result};
+use crate::pool::{GroupGeometry, PageRef, PoolId, PoolSpec, generation_of};
+
+fn spec(page_bytes: u64, pages: u32) -> PoolSpec {
+    PoolSpec {
+        pool: PoolId(2),
+        page_bytes,
+        pages,
+        groups: vec![GroupGeometry {
+            group: 0,
+            layers: 4,
+            offset: 0,
+            layer_stride: page_bytes / 4,
+            layer_bytes: page_bytes / 4,
+        }],
+    }
+}
+
+fn attach(pool: &HostPool, spec: PoolSpec) -> Result<Arc<AttachedPool>> {
+    let fd = pool.fd().try_clone_to_owned().map_err(|source| Error::Io {
+        what: "dup",
+        source,
+    })?;
+    AttachedPool::attach(fd, spec, 1)
+}
+
+#[test]
+fn a_device_pools_state_words_are_shared_and_fence_alike() -> Result<()> {
+    let engine = HostPool::create_states(spec(1 << 20, 64))?;
+    let dup = || {
+        engine
+            .fd()
+            .try_clone_to_owned()
+            .map_err(|source| Error::Io {
+                what: "dup",
+                source,
+            })
+    };
+    let manager = FencedStates::attach(dup()?, &spec(1 << 20, 64))?;
+    // The region holds the words only: 64 MiB of pages are not in it.
+    let size = File::from(dup()?)
+        .metadata()
+        .map_err(|source| Error::Io {
+            what: "stat",
+            source,
+        })?
+        .len();
+    assert_eq!(size, DATA_ALIGN);
+    // The engine reuses page 3; the manager sees the new generation and leases it there.
+    let p = engine.reuse(3)?;
+    assert_eq!(generation_of(manager.state(3)?.load()), p.generation);
+    manager.state(3)?.lease(p)?;
+    assert!(matches!(engine.reuse(3), Err(Error::PageLeased { .. })));
+    assert_eq!(engine.leases(3)?, 1);
+    manager.state(3)?.release();
+    let q = engine.reuse(3)?;
+    assert!(matches!(
+        manager.state(3)?.lease(p),
+        Err(Error::StaleGeneration { .. })
+    ));
+    manager.state(3)?.lease(q)?;
+    assert!(matches!(
+        manager.state(64),
+        Err(Error::IndexOutOfRange { .. })
+    ));
+    // No page bytes to write or read here.
+    assert!(
+        matches!(engine.write(0, 0, &[1; 8]), Err(Error::Region(m)) if m.contains("device memory"))
+    );
+    assert!(matches!(
+        engine.read(0, 0, &mut [0; 8]),
+        Err(Error::Region(_))
+    ));
+    // A states-only region is not a host pool, and a host pool's region is not one.
+    assert!(matches!(
+        AttachedPool::attach(dup()?, spec(1 << 20, 64), 1),
+        Err(Error::Region(_))
+    ));
+    let host = HostPool::create(spec(4096, 8))?;
+    let host_fd = host.fd().try_clone_to_owned().map_err(|source| Error::Io {
+        what: "dup",
+        source,
+    })?;
+    assert!(matches!(
+        FencedStates::attach(host_fd, &spec(4096, 8)),
+        Err(Error::Region(_))
+    ));
+    Ok(())
+}
+
+#[test]
+fn a_region_must_match_its_registration() -> Result<()> {
+    let pool = HostPool::create(spec(4096, 8))?;
+    assert!(attach(&pool, spec(4096, 8)).is_ok());
+    // Another page count or size: the region's size or header disagrees.
+    assert!(matches!(
+        attach(&pool, spec(4096, 9)),
+        Err(Error::Region(_))
+    ));
+    assert!(matches!(
+        attach(&pool, spec(8192, 4)),
+        Err(Error::Region(_))
+    ));
+    let mut other = spec(4096, 8);
+    other.pool = PoolId(3);
+    assert!(matches!(attach(&pool, other), Err(Error::Region(m)) if m.contains("pool id")));
+    // Bad magic.
+    pool.states().region().write(0, b"NOTAPOOL")?;
+    assert!(matches!(attach(&pool, spec(4096, 8)), Err(Error::Region(m)) if m.contains("magic")));
+    Ok(())
+}
+
+#[test]
+fn an_unsealed_region_is_refused() -> Result<()> {
+    let f = tempfile::tempfile().map_err(|source| Error::Io {
+        what: "tmp",
+        source,
+    })?;
+    let layout = Layout::of(&spec(4096, 8), true)?;
+    f.set_len(layout.len).map_err(|source| Error::Io {
+        what: "len",
+        source,
+    })?;
+    let fd = f.as_fd().try_clone_to_owned().map_err(|source| Error::Io {
+        what: "dup",
+        source,
+    })?;
+    assert!(matches!(
+        AttachedPool::attach(fd, spec(4096, 8), 1),
+        Err(Error::Region(m)) if m.contains("sealed")
+    ));
+    Ok(())
+}
+
+#[test]
+fn no_copy_out_of_a_page_reused_mid_copy_is_kept() -> Result<()> {
+    // 4 MiB pages, so copies take long enough to overlap the engine's reuses.
+    let page_bytes = 4u64 << 20;
+    let engine = Arc::new(HostPool::create(spec(page_bytes, 1))?);
+    let manager = attach(&engine, spec(page_bytes, 1))?;
+    let fill = move |g: u64| vec![(g % 251) as u8 + 1; page_bytes as usize];
+    engine.write(0, 0, &fill(0))?;
+    // The generation whose bytes are completely written.
+    let ready = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let (engine, ready, stop) = (engine.clone(), ready.clone(), stop.clone());
+        std::thread::spawn(move || -> Result<()> {
+            let mut k = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                // An engine that reallocates without asking: bump, then write; then the
+                // page stays put for a varying while (0 to 1.2 ms), so some copies finish
+                // and others overlap the next reuse.
+                let r = engine.reuse_ignoring_leases(0)?;
+                // Back to front, so the engine's writes cross the manager's front-to-back
+                // copy instead of trailing it.
+                let bytes = fill(r.generation);
+                for (i, chunk) in bytes.chunks(64 << 10).enumerate().rev() {
+                    engine.write(0, (i as u64) << 16, chunk)?;
+                }
+                ready.store(r.generation, Ordering::Release);
+                k += 1;
+                std::thread::sleep(std::time::Duration::from_micros((k % 7) * 200));
+            }
+            Ok(())
+        })
+    };
+    let (mut kept, mut discarded, mut stale) = (0, 0, 0);
+    let pool: Arc<dyn PagePool> = manager.clone();
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while (kept < 20 || discarded + stale < 20) && std::time::Instant::now() < deadline {
+        let page = PageRef {
+            pool: PoolId(2),
+            index: 0,
+            generation: ready.load(Ordering::Acquire),
+        };
+        let lease = match PageLease::take(pool.clone(), page) {
+            Ok(l) => l,
+            Err(Error::StaleGeneration { .. }) => {
+                stale += 1;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        match manager.copy_out(&lease, 0, &mut out) {
+            Ok(()) => {
+                kept += 1;
+                assert!(
+                    out == fill(page.generation),
+                    "a kept copy holds other bytes than generation {}",
+                    page.generation
+                );
+            }
+            Err(Error::ChangedDuringCopy { .. }) => {
+                discarded += 1;
+                assert!(out.is_empty());
+            }
+            Err(Error::StaleGeneration { .. }) => stale += 1,
+            Err(e) => return Err(e),
+        }
+    }
+    stop.store(true, Ordering::Release);
+    churn
+        .join()
+        .unwrap_or_else(|_| panic!("the engine thread panicked"))?;
+    eprintln!("kept {kept}, discarded mid-copy {discarded}, stale before copying {stale}");
+    assert!(kept > 0, "no copy ever finished between reuses");
+    assert!(
+        discarded + stale > 0,
+        "the engine never reused the page during a copy"
+    );
+    Ok(())
+}
