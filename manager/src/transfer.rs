@@ -14,7 +14,7 @@ use orbitkv_gpu_bridge::{
 };
 use orbitkv_segments::RecordMeta;
 use orbitkv_state::{CacheGroupId, RankSpec, Ranks, StateKey, TokenRange};
-use orbitkv_store::{Pin, Retry, StateStore};
+use orbitkv_store::{Pin, Prepared, Retry, StateStore};
 
 use crate::protocol::ErrorCode;
 use crate::protocol::PageStatus;
@@ -362,8 +362,8 @@ fn load_staged(
 
 /// Records of the Publishes waiting to be stored go to the store in bundles of at most this
 /// many payload bytes (and at most half a segment), whichever publishers they come from: small
-/// enough that the store encodes the next bundle while the last one's write is in flight, and
-/// one sync after the last makes them all durable.
+/// enough that the next bundle is encoded while the last one's write is in flight, and one sync
+/// after the last makes them all durable.
 pub const COMMIT_BUNDLE_BYTES: usize = 4 << 20;
 
 /// Copy buffers a connection keeps between Publishes, so a copy lands in memory already
@@ -423,6 +423,7 @@ impl Copied {
     pub fn into_buffers(self) -> Vec<Vec<u8>> {
         let mut bufs = self.unused;
         bufs.extend(self.records.into_iter().map(|(_, _, b)| b));
+        bufs.retain(|b| b.capacity() > 0);
         bufs
     }
 }
@@ -466,9 +467,21 @@ pub struct Stored {
     pub durable: bool,
     /// The longest wait the store asked for before a `RetryLater` page is sent again.
     pub retry_after: std::time::Duration,
+    /// Buffers its records no longer need, for the publisher's next copies.
+    pub buffers: Vec<Vec<u8>>,
 }
 
 impl Stored {
+    /// Nothing stored yet of `copied`: the statuses of its copy.
+    pub fn new(copied: &Copied) -> Self {
+        Self {
+            statuses: copied.statuses.clone(),
+            durable: true,
+            retry_after: std::time::Duration::ZERO,
+            buffers: Vec::new(),
+        }
+    }
+
     fn refused(&mut self, at: usize, e: &orbitkv_store::Error) {
         self.statuses[at] = store_status(e);
         if let Retry::After(d) = e.retry() {
@@ -487,74 +500,122 @@ impl Stored {
     }
 }
 
-/// Stores the copies of several Publishes together, as the records their blocks name, in
-/// bundles of at most [`COMMIT_BUNDLE_BYTES`] (and half a segment) across publishers: one
-/// append per bundle; with a store that holds records back until a sync, the caller's one sync
-/// then makes them all durable. When the store rejects
-/// a bundle for one of its records, they are stored one by one, so only the rejected ones fail;
-/// a bundle refused for the store's sake (full, read-only) fails whole, each page saying
-/// whether to publish it again. Returns each Publish's outcome, in order.
-pub fn store_copies(store: &StateStore, publishes: &[&Copied]) -> Vec<Stored> {
-    let mut out: Vec<Stored> = publishes
-        .iter()
-        .map(|c| Stored {
-            statuses: c.statuses.clone(),
-            durable: true,
-            retry_after: std::time::Duration::ZERO,
-        })
-        .collect();
-    // (publish, request position, record, bytes), in arrival order.
-    let all: Vec<(usize, usize, &RecordMeta, &[u8])> = publishes
-        .iter()
-        .enumerate()
-        .flat_map(|(j, c)| {
-            c.records
-                .iter()
-                .map(move |(at, meta, b)| (j, *at, meta, b.as_slice()))
-        })
-        .collect();
+/// Records of several Publishes, encoded for the store ahead of its append.
+pub struct Bundle {
+    /// Each record: (publish, request position, record, bytes), in arrival order.
+    records: Vec<Waiting>,
+    /// The encoding, or why the store refused it.
+    prepared: orbitkv_store::Result<Prepared>,
+}
+
+/// A record waiting to be stored: (publish, request position, record, bytes).
+pub type Waiting = (usize, usize, RecordMeta, Vec<u8>);
+
+impl Bundle {
+    /// Its payload bytes.
+    pub fn bytes(&self) -> usize {
+        self.records.iter().map(|r| r.3.len()).sum()
+    }
+}
+
+/// Takes the records out of `publishes`, in arrival order; publish `j`'s are named `j`.
+pub fn take_records(publishes: &mut [&mut Copied]) -> Vec<Waiting> {
+    let mut out = Vec::new();
+    for (j, c) in publishes.iter_mut().enumerate() {
+        out.extend(
+            std::mem::take(&mut c.records)
+                .into_iter()
+                .map(|(at, meta, b)| (j, at, meta, b)),
+        );
+    }
+    out
+}
+
+/// Puts `records` into bundles of at most [`COMMIT_BUNDLE_BYTES`] of payload (and half a
+/// segment) across publishers, each encoded by the calling thread and handed to `each` at once;
+/// stops when `each` returns false.
+pub fn bundle_records(
+    store: &StateStore,
+    records: Vec<Waiting>,
+    each: &mut dyn FnMut(Bundle) -> bool,
+) {
     // A bundle never makes a segment much larger than the store seals them at: the SSD tier
     // reclaims whole segments.
     let cap = usize::try_from(store.segment_bytes() / 2)
         .unwrap_or(usize::MAX)
         .clamp(1, COMMIT_BUNDLE_BYTES);
-    let mut start = 0;
-    while start < all.len() {
-        let mut end = start;
+    let mut all = records.into_iter().peekable();
+    while all.peek().is_some() {
+        let mut records = Vec::new();
         let mut bytes = 0;
-        while end < all.len() && (end == start || bytes + all[end].3.len() <= cap) {
-            bytes += all[end].3.len();
-            end += 1;
+        while let Some(r) = all.next_if(|r| records.is_empty() || bytes + r.3.len() <= cap) {
+            bytes += r.3.len();
+            records.push(r);
         }
-        let batch = &all[start..end];
-        let bundle: Vec<(RecordMeta, &[u8])> = batch
+        let views: Vec<(RecordMeta, &[u8])> = records
             .iter()
-            .map(|(_, _, m, b)| ((*m).clone(), *b))
+            .map(|(_, _, m, b)| (m.clone(), b.as_slice()))
             .collect();
-        match store.put(&bundle) {
-            Ok(receipt) => {
-                for (j, _, _, _) in batch {
-                    out[*j].durable &= receipt.durable;
-                }
+        let prepared = store.prepare(&views);
+        if !each(Bundle { records, prepared }) {
+            return;
+        }
+    }
+}
+
+/// Appends `bundle` (one append; with a store that holds records back until a sync, the
+/// caller's one sync then makes it durable), noting each record's outcome in `out`, indexed by
+/// publish. When the store rejects the bundle for one of its records, they are stored one by
+/// one, so only the rejected ones fail; a bundle refused for the store's sake (full,
+/// read-only) fails whole, each page saying whether to publish it again. The records' buffers
+/// go to their publishes' [`Stored::buffers`].
+pub fn store_bundle(store: &StateStore, bundle: Bundle, out: &mut [Stored]) {
+    let Bundle {
+        mut records,
+        prepared,
+    } = bundle;
+    let result = prepared.and_then(|p| {
+        let mut views: Vec<(&RecordMeta, &mut Vec<u8>)> =
+            records.iter_mut().map(|(_, _, m, b)| (&*m, b)).collect();
+        store.put_prepared(&mut views, p)
+    });
+    match result {
+        Ok(receipt) => {
+            for (j, _, _, _) in &records {
+                out[*j].durable &= receipt.durable;
             }
-            // One record the store rejects (its range conflicts with a stored one, say) must
-            // not take the others with it.
-            Err(e) if e.retry() == Retry::Rejected => {
-                for ((j, at, _, _), record) in batch.iter().zip(&bundle) {
-                    match store.put(std::slice::from_ref(record)) {
-                        Ok(receipt) => out[*j].durable &= receipt.durable,
-                        Err(e) => out[*j].refused(*at, &e),
-                    }
-                }
-            }
-            Err(e) => {
-                for (j, at, _, _) in batch {
-                    out[*j].refused(*at, &e);
+        }
+        // One record the store rejects (its range conflicts with a stored one, say) must not
+        // take the others with it.
+        Err(e) if e.retry() == Retry::Rejected => {
+            for (j, at, meta, b) in &records {
+                match store.put(&[(meta.clone(), b.as_slice())]) {
+                    Ok(receipt) => out[*j].durable &= receipt.durable,
+                    Err(e) => out[*j].refused(*at, &e),
                 }
             }
         }
-        start = end;
+        Err(e) => {
+            for (j, at, _, _) in &records {
+                out[*j].refused(*at, &e);
+            }
+        }
     }
+    for (j, _, _, b) in records {
+        if b.capacity() > 0 {
+            out[j].buffers.push(b);
+        }
+    }
+}
+
+/// Stores the copies of several Publishes together (see [`bundle_records`] and
+/// [`store_bundle`]), on the calling thread; returns each Publish's outcome, in order.
+pub fn store_copies(store: &StateStore, publishes: &mut [&mut Copied]) -> Vec<Stored> {
+    let mut out: Vec<Stored> = publishes.iter().map(|c| Stored::new(c)).collect();
+    bundle_records(store, take_records(publishes), &mut |b| {
+        store_bundle(store, b, &mut out);
+        true
+    });
     out
 }
 

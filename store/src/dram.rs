@@ -25,7 +25,7 @@ type Shard = RwLock<HashMap<StateKey, Arc<Entry>>>;
 
 struct Entry {
     sequence: u64,
-    bytes: Box<[u8]>,
+    bytes: Vec<u8>,
     read: AtomicBool,
 }
 
@@ -38,7 +38,7 @@ struct Queues {
     ghost: Ghost,
     /// Memory of evicted copies, reused for new ones of the same length: an insert then copies
     /// into pages already faulted in rather than into fresh ones the kernel must zero first.
-    free: Vec<Box<[u8]>>,
+    free: Vec<Vec<u8>>,
     free_bytes: u64,
 }
 
@@ -136,8 +136,42 @@ impl DramTier {
     /// Keeps a copy of `bytes` as the record of `key` at `sequence`, evicting as needed first.
     /// Copies larger than a quarter of the budget are not kept.
     pub(crate) fn insert(&self, key: &StateKey, sequence: u64, bytes: &[u8]) {
-        let len = bytes.len() as u64;
-        if !self.enabled() || len > self.budget / 4 {
+        self.keep(key, sequence, bytes.len(), |free| match free {
+            Some(mut b) => {
+                b.copy_from_slice(bytes);
+                b
+            }
+            None => bytes.to_vec(),
+        });
+    }
+
+    /// Keeps `bytes` itself, without copying it, as the record of `key` at `sequence`; `bytes`
+    /// is left holding the memory of an evicted copy of the same length, for the caller's next
+    /// copy, or nothing. A buffer much larger than its bytes is copied instead (the tier counts
+    /// bytes, not capacity); one the tier does not keep stays with the caller.
+    pub(crate) fn take(&self, key: &StateKey, sequence: u64, bytes: &mut Vec<u8>) {
+        if bytes.capacity() > bytes.len() + bytes.len() / 8 {
+            self.insert(key, sequence, bytes);
+            return;
+        }
+        self.keep(key, sequence, bytes.len(), |free| {
+            std::mem::replace(bytes, free.unwrap_or_default())
+        });
+    }
+
+    /// Keeps the copy `make` returns (given the memory of an evicted copy of `len` bytes, where
+    /// there is one) as the record of `key` at `sequence`, evicting as needed first. Copies
+    /// larger than a quarter of the budget, or older than the one held, are not kept (`make` is
+    /// not called).
+    fn keep(
+        &self,
+        key: &StateKey,
+        sequence: u64,
+        len: usize,
+        make: impl FnOnce(Option<Vec<u8>>) -> Vec<u8>,
+    ) {
+        let n = len as u64;
+        if !self.enabled() || n > self.budget / 4 {
             return;
         }
         let newer_held = |this: &Self| {
@@ -151,31 +185,29 @@ impl DramTier {
             return;
         }
         let mut q = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        let capacity = (self.budget / len.max(1)) as usize;
-        self.evict(&mut q, len, capacity);
-        // Into the memory of an evicted copy of the same length, where there is one.
-        let reusable = len >= FREE_MIN_LEN;
-        let copy: Box<[u8]> = match q
-            .free
-            .iter()
-            .rposition(|b| reusable && b.len() == bytes.len())
-        {
+        let capacity = (self.budget / n.max(1)) as usize;
+        self.evict(&mut q, n, capacity);
+        // The memory of an evicted copy of the same length, where there is one.
+        let reusable = n >= FREE_MIN_LEN;
+        let free = match q.free.iter().rposition(|b| reusable && b.len() == len) {
             Some(i) => {
-                let mut b = q.free.swap_remove(i);
-                q.free_bytes -= len;
-                b.copy_from_slice(bytes);
-                b
+                q.free_bytes -= n;
+                Some(q.free.swap_remove(i))
             }
-            None => bytes.into(),
+            None => None,
         };
         {
             let mut map = self.shard(key).write().unwrap_or_else(|p| p.into_inner());
             if map.get(key).is_some_and(|e| e.sequence >= sequence) {
+                if let Some(b) = free {
+                    q.free_bytes += n;
+                    q.free.push(b);
+                }
                 return;
             }
             let entry = Arc::new(Entry {
                 sequence,
-                bytes: copy,
+                bytes: make(free),
                 read: AtomicBool::new(false),
             });
             if map.insert(*key, entry).is_none() {
@@ -183,11 +215,11 @@ impl DramTier {
             }
         }
         if q.ghost.take(fingerprint(key)) {
-            q.main.push_back((*key, sequence, len));
-            q.main_bytes += len;
+            q.main.push_back((*key, sequence, n));
+            q.main_bytes += n;
         } else {
-            q.small.push_back((*key, sequence, len));
-            q.small_bytes += len;
+            q.small.push_back((*key, sequence, n));
+            q.small_bytes += n;
         }
         self.used
             .store(q.small_bytes + q.main_bytes, Ordering::Relaxed);
@@ -326,6 +358,46 @@ mod tests {
         }
         // Once the tier is full, each eviction's memory takes the next copy.
         assert!(reused > 100, "{reused} copies reused evicted memory");
+    }
+
+    #[test]
+    fn take_keeps_the_buffer_itself_and_hands_back_evicted_memory() {
+        let len = 64 << 10;
+        let t = DramTier::new(64 * len as u64);
+        let mut out = Vec::new();
+        let mut handed_back = 0;
+        for i in 0..256u64 {
+            let mut bytes = vec![i as u8; len];
+            let at = bytes.as_ptr() as usize;
+            t.take(&key(i), i + 1, &mut bytes);
+            assert_eq!(
+                t.with(&key(i), i + 1, |b| b.as_ptr() as usize),
+                Some(at),
+                "kept without a copy ({i})"
+            );
+            assert!(t.get(&key(i), i + 1, &mut out));
+            assert_eq!(out, vec![i as u8; len], "copy {i}");
+            if !bytes.is_empty() {
+                assert_eq!(
+                    bytes.len(),
+                    len,
+                    "only memory of the same length comes back"
+                );
+                handed_back += 1;
+            }
+            assert!(t.used_bytes() <= 64 * len as u64);
+        }
+        // Once the tier is full, each insert evicts a copy whose memory comes back.
+        assert!(
+            handed_back > 150,
+            "{handed_back} evicted buffers handed back"
+        );
+        // Not kept (an older sequence than the one held): the buffer stays with the caller.
+        let mut old = vec![9u8; len];
+        t.take(&key(255), 1, &mut old);
+        assert_eq!(old, vec![9u8; len]);
+        assert!(t.get(&key(255), 256, &mut out));
+        assert_eq!(out, vec![255u8; len]);
     }
 
     #[test]

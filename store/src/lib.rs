@@ -168,6 +168,12 @@ pub const SEGMENTS_PER_BUDGET: u64 = 64;
 /// After the disk reported no space, puts are refused for this long before one is tried again.
 pub const NO_SPACE_RETRY: Duration = Duration::from_secs(1);
 
+/// A bundle encoded by [`StateStore::prepare`], waiting for [`StateStore::put_prepared`].
+pub struct Prepared {
+    enc: Encoded,
+    records: usize,
+}
+
 /// What a put did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PutReceipt {
@@ -812,7 +818,17 @@ impl StateStore {
                 durable: true,
             });
         }
-        // Refuse the whole bundle before writing any of it.
+        let mut prepared = self.prepare(records)?;
+        let receipt = self.put_encoded(records, &mut prepared.enc, true);
+        prepared.enc.recycle();
+        receipt
+    }
+
+    /// Encodes a bundle of records for [`StateStore::put_prepared`]: the payload copy and CRC,
+    /// done by the calling thread without the writer's lock, so that one thread encodes the
+    /// next bundle while another appends the last. Refuses the bundle as [`StateStore::put`]
+    /// would for its sizes.
+    pub fn prepare(&self, records: &[(RecordMeta, &[u8])]) -> Result<Prepared> {
         let mut total = 0u64;
         for (_, payload) in records {
             if payload.len() > orbitkv_segments::MAX_PAYLOAD_LEN {
@@ -829,18 +845,55 @@ impl StateStore {
                 "a bundle of {total} bytes exceeds {MAX_BUNDLE_BYTES}"
             )));
         }
-        // The payload copy and CRC happen here, before the writer's lock, so concurrent putters
-        // overlap them with each other's writes.
-        let mut enc = Encoded::new(records, self.config.alignment, self.config.compression)?;
-        let receipt = self.put_encoded(records, &mut enc);
-        enc.recycle();
-        receipt
+        Ok(Prepared {
+            enc: Encoded::new(records, self.config.alignment, self.config.compression)?,
+            records: records.len(),
+        })
     }
 
+    /// Appends a bundle [`StateStore::prepare`] encoded from exactly these `records`, as
+    /// [`StateStore::put`] does. The DRAM tier keeps each payload's buffer itself rather than a
+    /// copy: each `Vec` is left holding the memory of a copy the tier evicted (for the caller's
+    /// next copy), or nothing, or its own bytes where the tier keeps no copy.
+    pub fn put_prepared(
+        &self,
+        records: &mut [(&RecordMeta, &mut Vec<u8>)],
+        mut prepared: Prepared,
+    ) -> Result<PutReceipt> {
+        if records.is_empty() {
+            return self.put(&[]);
+        }
+        if prepared.records != records.len() {
+            return Err(Error::BadBundle(format!(
+                "{} records, prepared as {}",
+                records.len(),
+                prepared.records
+            )));
+        }
+        let receipt = {
+            let views: Vec<(RecordMeta, &[u8])> = records
+                .iter()
+                .map(|(m, b)| ((*m).clone(), b.as_slice()))
+                .collect();
+            let r = self.put_encoded(&views, &mut prepared.enc, false);
+            prepared.enc.recycle_shared();
+            r?
+        };
+        // After the writer's lock: a copy the tier holds is served only for the key and
+        // sequence the index or a pin names, so it may arrive after its record is indexed.
+        for (i, (meta, payload)) in records.iter_mut().enumerate() {
+            self.dram
+                .take(&meta.key, receipt.first_sequence + i as u64, payload);
+        }
+        Ok(receipt)
+    }
+
+    /// Appends `enc`, encoded from `records`; the DRAM tier copies each payload when `dram`.
     fn put_encoded(
         &self,
         records: &[(RecordMeta, &[u8])],
         enc: &mut Encoded,
+        dram: bool,
     ) -> Result<PutReceipt> {
         let mut w = self.writer();
         self.check_writable(&mut w)?;
@@ -940,7 +993,9 @@ impl StateStore {
                 }
             }
             // The copy is reachable only through the index or a pin, at this sequence.
-            self.dram.insert(&meta.key, e.record_sequence, payload);
+            if dram {
+                self.dram.insert(&meta.key, e.record_sequence, payload);
+            }
             Stats::add(&self.stats.put_bytes, payload.len() as u64);
         }
         Stats::add(&self.stats.puts, 1);

@@ -93,8 +93,11 @@ pub(crate) const WRITES_IN_FLIGHT: usize = 4;
 /// Buffers of completed writes, kept for the next encode or write-behind tail (so a put neither
 /// allocates nor faults in fresh pages).
 static SPARE_BUFFERS: Mutex<Vec<(Vec<u8>, usize)>> = Mutex::new(Vec::new());
-/// Spare buffers kept at most.
-const MAX_SPARE_BUFFERS: usize = 2 * WRITES_IN_FLIGHT;
+/// Spare buffers kept at most: enough for one thread to encode a round of bundles while
+/// another's are in flight…
+const MAX_SPARE_BUFFERS: usize = 4 * WRITES_IN_FLIGHT;
+/// …and at most this many bytes of them.
+const MAX_SPARE_BYTES: usize = 64 << 20;
 
 /// Whether `buf`'s bytes after `pad` start where `alignment` needs them.
 fn aligned_for(buf: &[u8], pad: usize, alignment: Alignment) -> bool {
@@ -117,10 +120,20 @@ fn take_spare(capacity: usize, alignment: Alignment) -> Option<(Vec<u8>, usize)>
 fn give_spare(buf: Arc<WriteBuf>) {
     if let Ok(buf) = Arc::try_unwrap(buf) {
         let (b, pad) = buf.into_parts();
-        let mut spares = SPARE_BUFFERS.lock().unwrap_or_else(|e| e.into_inner());
-        if b.capacity() <= MAX_SCRATCH && spares.len() < MAX_SPARE_BUFFERS {
-            spares.push((b, pad));
-        }
+        keep_spare(b, pad);
+    }
+}
+
+/// Keeps `b` (its bytes start after `pad`) for the next encode, within the spares' bounds.
+fn keep_spare(b: Vec<u8>, pad: usize) {
+    let mut spares = SPARE_BUFFERS.lock().unwrap_or_else(|e| e.into_inner());
+    let held: usize = spares.iter().map(|(b, _)| b.capacity()).sum();
+    if b.capacity() > 0
+        && b.capacity() <= MAX_SCRATCH
+        && spares.len() < MAX_SPARE_BUFFERS
+        && held + b.capacity() <= MAX_SPARE_BYTES
+    {
+        spares.push((b, pad));
     }
 }
 
@@ -657,5 +670,11 @@ impl Encoded {
         if self.buf.capacity() > 0 && self.buf.capacity() <= MAX_SCRATCH {
             ENCODE_BUF.with_borrow_mut(|b| *b = (self.buf, self.pad));
         }
+    }
+
+    /// Keeps the buffer (unless a write took it) for any thread's next encode: for a bundle
+    /// one thread encoded and another appended.
+    pub(crate) fn recycle_shared(self) {
+        keep_spare(self.buf, self.pad);
     }
 }

@@ -1,17 +1,22 @@
 //! Group commit, off the request path: a Publish's copies, once PublishCopied is sent, go to the
 //! committer, which appends every Publish waiting — from every publisher — together, makes them
 //! durable with one sync (the store holds records back, unreadable, until then) and sends each
-//! PublishDurable from there. The publisher's connection meanwhile serves its next requests. On
-//! stop, Publishes not yet begun are dropped unanswered (they were never acknowledged durable).
+//! PublishDurable from there. The publisher's connection meanwhile serves its next requests.
+//! Two threads share the work: the encoder takes the Publishes waiting and encodes their
+//! bundles (the payload copy and CRC); the committer appends each bundle as it comes, syncs once
+//! a batch's last has, and answers. So the next batch is encoded while the last one is written
+//! and synced. On stop, Publishes not yet stored are dropped unanswered (they were never
+//! acknowledged durable).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crate::metrics::Timed;
 use crate::protocol::Message;
-use crate::transfer::Copied;
+use crate::transfer::{Bundle, Copied, Stored, bundle_records, store_bundle, take_records};
 
 use super::Shared;
 use super::conn::Conn;
@@ -74,10 +79,12 @@ impl Committer {
         }
     }
 
-    /// Runs until stopped: takes every Publish waiting, stores them together, answers each.
-    pub(crate) fn run(&self, shared: &Shared) {
+    /// The encoder, until stopped: takes every Publish waiting, encodes their records in
+    /// bundles and hands the batch to the committer through `to_committer` (bounded: it waits
+    /// while the committer is that many bundles behind).
+    pub(crate) fn run_encoder(&self, shared: &Shared, to_committer: &SyncSender<Handoff>) {
         loop {
-            let jobs: Vec<Job> = {
+            let mut jobs: Vec<Job> = {
                 let mut q = self.queue();
                 while q.jobs.is_empty() && !q.stopping {
                     q = self.wake.wait(q).unwrap_or_else(|e| e.into_inner());
@@ -87,15 +94,94 @@ impl Committer {
                 }
                 q.jobs.drain(..).collect()
             };
-            commit(shared, jobs);
+            let mut copies: Vec<&mut Copied> = jobs.iter_mut().map(|j| &mut j.copied).collect();
+            let records = take_records(&mut copies);
+            let stored = copies.iter().map(|c| Stored::new(c)).collect();
+            if to_committer.send(Handoff::Begin(jobs, stored)).is_err() {
+                return;
+            }
+            let mut open = true;
+            bundle_records(&shared.store, records, &mut |b| {
+                open = to_committer.send(Handoff::Bundle(b)).is_ok();
+                open
+            });
+            if !open || to_committer.send(Handoff::End).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The committer, until stopped or the encoder ends: appends each bundle as it comes; once
+    /// it has caught up with the encoder (or appended [`SYNC_AFTER`] bytes since its last sync),
+    /// makes every batch appended whole durable with one sync and answers each Publish. Batches
+    /// the encoder finished meanwhile share the next sync.
+    pub(crate) fn run(&self, shared: &Shared, from_encoder: &Receiver<Handoff>) {
+        // The batch being appended, and the batches appended whole since the last sync.
+        let mut current: Option<(Vec<Job>, Vec<Stored>)> = None;
+        let mut appended: Vec<(Vec<Job>, Vec<Stored>)> = Vec::new();
+        let mut bytes = 0usize;
+        loop {
+            let h = match from_encoder.try_recv() {
+                Ok(h) => h,
+                Err(TryRecvError::Empty) if !appended.is_empty() => {
+                    commit(shared, std::mem::take(&mut appended));
+                    bytes = 0;
+                    continue;
+                }
+                Err(TryRecvError::Empty) => match from_encoder.recv() {
+                    Ok(h) => h,
+                    Err(_) => return,
+                },
+                Err(TryRecvError::Disconnected) => return,
+            };
+            if self.queue().stopping {
+                return;
+            }
+            match h {
+                Handoff::Begin(jobs, stored) => current = Some((jobs, stored)),
+                Handoff::Bundle(b) => {
+                    if let Some((_, stored)) = &mut current {
+                        bytes += b.bytes();
+                        store_bundle(&shared.store, b, stored);
+                    }
+                }
+                Handoff::End => appended.extend(current.take()),
+            }
+            if bytes >= SYNC_AFTER && !appended.is_empty() {
+                commit(shared, std::mem::take(&mut appended));
+                bytes = 0;
+            }
         }
     }
 }
 
-/// Stores `jobs` together, makes them durable, and answers each Publish.
-fn commit(shared: &Shared, jobs: Vec<Job>) {
-    let copies: Vec<&Copied> = jobs.iter().map(|j| &j.copied).collect();
-    let mut stored = crate::transfer::store_copies(&shared.store, &copies);
+/// The committer syncs at least once per this many bytes appended, even while the encoder keeps
+/// it busy.
+const SYNC_AFTER: usize = 64 << 20;
+
+/// What the encoder hands the committer, for each batch: its Publishes, each bundle of their
+/// records, then the end.
+pub(crate) enum Handoff {
+    /// A batch begins: its Publishes (their records taken out for the bundles that follow) and
+    /// their statuses after the copy.
+    Begin(Vec<Job>, Vec<Stored>),
+    /// One bundle of the batch's records, encoded.
+    Bundle(Bundle),
+    /// Every bundle of the batch has been sent.
+    End,
+}
+
+/// Bundles the committer may be behind the encoder: bounds the memory of encoded bundles
+/// waiting (each at most [`crate::transfer::COMMIT_BUNDLE_BYTES`] of payload).
+pub(crate) const BUNDLES_AHEAD: usize = 8;
+
+/// Makes the records of `batches` (appended whole) durable with one sync and answers each
+/// Publish.
+fn commit(shared: &Shared, batches: Vec<(Vec<Job>, Vec<Stored>)>) {
+    let (jobs, mut stored): (Vec<Job>, Vec<Stored>) = batches
+        .into_iter()
+        .flat_map(|(j, s)| j.into_iter().zip(s))
+        .unzip();
     // A store that syncs every put has made them durable already; else one sync for all.
     if stored.iter().any(|s| !s.durable)
         && let Err(e) = shared.store.sync()
@@ -104,12 +190,15 @@ fn commit(shared: &Shared, jobs: Vec<Job>) {
             s.sync_failed(&e);
         }
     }
-    for (job, s) in jobs.into_iter().zip(stored) {
+    for (job, mut s) in jobs.into_iter().zip(stored) {
         shared.metrics.pages(&s.statuses, false);
         let (conn, request, started) = (job.conn.clone(), job.request, job.started);
         // The buffers go back first: the publisher's next Publish, sent as soon as this reply
         // arrives, finds them.
-        release(job);
+        let mut buffers = std::mem::take(&mut s.buffers);
+        buffers.extend(job.copied.into_buffers());
+        job.conn.memory.release(job.reserved);
+        conn.give_back(buffers);
         conn.outbox.send(
             request,
             &Message::PublishDurable {

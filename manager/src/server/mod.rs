@@ -445,11 +445,18 @@ impl Server {
                 }
             })
         };
+        let (to_committer, from_encoder) = std::sync::mpsc::sync_channel(committer::BUNDLES_AHEAD);
+        let encoder = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("orbitkv-encoder".into())
+                .spawn(move || shared.committer.run_encoder(&shared, &to_committer))?
+        };
         let committer = {
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name("orbitkv-committer".into())
-                .spawn(move || shared.committer.run(&shared))?
+                .spawn(move || shared.committer.run(&shared, &from_encoder))?
         };
         let mut threads: Vec<JoinHandle<()>> = Vec::new();
         while !shared.stopping() {
@@ -487,6 +494,7 @@ impl Server {
         for t in threads {
             let _ = t.join();
         }
+        let _ = encoder.join();
         let _ = committer.join();
         let _ = timer.join();
         let _ = std::fs::remove_file(&shared.config.socket);
