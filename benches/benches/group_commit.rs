@@ -32,10 +32,10 @@ use std::time::Instant;
 
 use orbitkv_benches::{Daemon, Sealed, env_u64, median_of as median};
 use orbitkv_gpu_bridge::{HostPool, PageRef};
-use orbitkv_manager::client::Client;
-use orbitkv_manager::protocol::message::{GroupHashes, PublishPage, PublishRequest, QueryRequest};
-use orbitkv_manager::protocol::{Message, PageStatus};
-use orbitkv_manager::sim::SimInstance;
+use orbitkv_protocol::client::Client;
+use orbitkv_protocol::message::{GroupHashes, PublishPage, PublishRequest, QueryRequest};
+use orbitkv_protocol::{Message, PageStatus};
+use orbitkv_sim::SimInstance;
 use orbitkv_store::io::aligned::aligned_buffer;
 
 /// Pages per Publish.

@@ -33,12 +33,12 @@ use std::time::Instant;
 
 use orbitkv_benches::{Daemon, Sealed, env_u64, median_of as median};
 use orbitkv_gpu_bridge::PageRef;
-use orbitkv_manager::client::Client;
-use orbitkv_manager::protocol::message::{
+use orbitkv_protocol::client::Client;
+use orbitkv_protocol::message::{
     GroupHashes, LoadPage, LoadRequest, PublishPage, PublishRequest, QueryRequest,
 };
-use orbitkv_manager::protocol::{DEFAULT_MAX_BODY, Message, read_frame};
-use orbitkv_manager::sim::SimInstance;
+use orbitkv_protocol::{DEFAULT_MAX_BODY, Message, read_frame};
+use orbitkv_sim::SimInstance;
 
 /// Pages per Load or Publish.
 const PAGES: u32 = 64;
@@ -195,7 +195,7 @@ fn main() {
         assert!(
             st.iter()
                 .chain(&fin)
-                .all(|x| *x == orbitkv_manager::protocol::PageStatus::Ok)
+                .all(|x| *x == orbitkv_protocol::PageStatus::Ok)
         );
         let t = Instant::now();
         dst.copy_from_slice(&src);
@@ -285,10 +285,7 @@ fn main() {
             panic!("no Loaded")
         };
         loads.push(t.elapsed().as_secs_f64());
-        assert!(
-            st.iter()
-                .all(|x| *x == orbitkv_manager::protocol::PageStatus::Ok)
-        );
+        assert!(st.iter().all(|x| *x == orbitkv_protocol::PageStatus::Ok));
         let t = Instant::now();
         dst.copy_from_slice(&src);
         memcpy.push(t.elapsed().as_secs_f64());

@@ -183,13 +183,13 @@ impl Drop for Daemon {
 /// epoch.
 pub struct Sealed {
     /// The scheduler's connection (its session's token asks the queries).
-    pub scheduler: orbitkv_manager::client::Client,
+    pub scheduler: orbitkv_protocol::client::Client,
     /// The scheduler's token.
-    pub scheduler_token: orbitkv_manager::protocol::message::Token,
+    pub scheduler_token: orbitkv_protocol::message::Token,
     /// The worker's connection.
-    pub worker: orbitkv_manager::client::Client,
+    pub worker: orbitkv_protocol::client::Client,
     /// The worker's token.
-    pub worker_token: orbitkv_manager::protocol::message::Token,
+    pub worker_token: orbitkv_protocol::message::Token,
     /// The seal's epoch.
     pub epoch: u64,
 }
@@ -201,9 +201,9 @@ impl Sealed {
         clippy::unwrap_used,
         reason = "a benchmark harness: a failed setup step ends the run"
     )]
-    pub fn seal(socket: &std::path::Path, sim: &orbitkv_manager::sim::SimInstance) -> Self {
-        use orbitkv_manager::client::Client;
-        use orbitkv_manager::protocol::{Message, Role};
+    pub fn seal(socket: &std::path::Path, sim: &orbitkv_sim::SimInstance) -> Self {
+        use orbitkv_protocol::client::Client;
+        use orbitkv_protocol::{Message, Role};
         let threads: Vec<_> = [(Role::Scheduler, 0), (Role::Worker, 0)]
             .into_iter()
             .map(|(role, rank)| {
@@ -242,7 +242,7 @@ impl Sealed {
         &mut self,
         spec: orbitkv_gpu_bridge::PoolSpec,
     ) -> orbitkv_gpu_bridge::HostPool {
-        use orbitkv_manager::protocol::Message;
+        use orbitkv_protocol::Message;
         let pool = orbitkv_gpu_bridge::HostPool::create(spec.clone()).unwrap();
         let id = self
             .worker

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use orbitkv_manager::protocol::{DEFAULT_MAX_BODY, Message, decode_frame};
+use orbitkv_protocol::{DEFAULT_MAX_BODY, Message, decode_frame};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok((req, m)) = decode_frame(data, DEFAULT_MAX_BODY) {

@@ -10,10 +10,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use orbitkv_protocol::ErrorCode;
 use orbitkv_state::Namespace;
 use orbitkv_store::{Pin, StateStore};
 
-use crate::protocol::ErrorCode;
 use crate::query::Located;
 use crate::session::{ConnId, Refusal, SealedInstance, Session};
 

@@ -5,14 +5,15 @@
 //! validator decides the largest restorable boundary, or why nothing beyond the origin can be
 //! restored. No side effects: the scheduler may ask again and again.
 
+use orbitkv_protocol::ErrorCode;
+use orbitkv_protocol::message::{Proof, ProofLoad, QueryRequest};
+use orbitkv_protocol::miss::miss_code;
 use orbitkv_state::{
-    CacheGroupId, Disagreement, Outcome, RankSpec, Ranks, Recompute, RecordEvidence,
-    RestoreRequest, StateKey, validate,
+    CacheGroupId, Disagreement, Outcome, RankSpec, Ranks, RecordEvidence, RestoreRequest, StateKey,
+    validate,
 };
 use orbitkv_store::StateStore;
 
-use crate::protocol::ErrorCode;
-use crate::protocol::message::{Proof, ProofLoad, QueryRequest};
 use crate::session::{Refusal, SealedInstance};
 
 /// Where a piece of evidence came from: its group, rank, block index and key.
@@ -46,22 +47,6 @@ pub enum Answer {
         /// A readable account.
         detail: String,
     },
-}
-
-/// The wire code of a recompute reason (docs/protocol.md, "Miss reasons").
-pub fn miss_code(r: &Recompute) -> u16 {
-    match r {
-        Recompute::NothingBeyondOrigin => 1,
-        Recompute::UnsupportedComponent { .. } => 2,
-        Recompute::Gap { .. } => 3,
-        Recompute::Overlap { .. } => 4,
-        Recompute::Duplicate { .. } => 5,
-        Recompute::PastEnd { .. } => 6,
-        Recompute::MissingRank { .. } => 7,
-        Recompute::WindowIncomplete { .. } => 8,
-        Recompute::NoCheckpoint { .. } => 9,
-        Recompute::NoCommonBoundary => 10,
-    }
 }
 
 /// The index of a validator rejection (a record treated as absent) in

@@ -14,13 +14,12 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use orbitkv_protocol::message::{Register, Token};
+use orbitkv_protocol::{ErrorCode, Message, Role};
 use orbitkv_state::{
     CacheGroupId, CacheScope, ComputationIdentity, HashDomain, Namespace, RankSpec,
     RecoveryContract, StateFormat, StorageLayout,
 };
-
-use crate::protocol::message::{Register, Token};
-use crate::protocol::{ErrorCode, Message, Role};
 
 /// A client connection, as the server numbers them.
 pub type ConnId = u64;

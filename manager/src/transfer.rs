@@ -2,6 +2,8 @@
 //! copied and verified into the worker's pages) and Publish (pages copied out into the store).
 //! Every page goes through the bridge's fencing; every page gets its own status, so the engine
 //! recomputes exactly the pages that failed.
+//! It is long because pool registration, Load and Publish share the fencing and the status
+//! mapping at its top.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -12,13 +14,13 @@ use orbitkv_gpu_bridge::staging::Item;
 use orbitkv_gpu_bridge::{
     AttachedPool, Bridge, Error as BridgeError, PageLease, PageMemory, PagePool, PoolId, PoolSpec,
 };
+use orbitkv_protocol::ErrorCode;
+use orbitkv_protocol::PageStatus;
+use orbitkv_protocol::message::{LoadPage, PublishPage};
 use orbitkv_segments::RecordMeta;
 use orbitkv_state::{CacheGroupId, RankSpec, Ranks, StateKey, TokenRange};
 use orbitkv_store::{Pin, Prepared, Retry, StateStore};
 
-use crate::protocol::ErrorCode;
-use crate::protocol::PageStatus;
-use crate::protocol::message::{LoadPage, PublishPage};
 use crate::query::Located;
 use crate::session::{Refusal, Session};
 

@@ -5,10 +5,10 @@
 mod common;
 
 use common::{Daemon, seal};
-use orbitkv_manager::client::ClientError;
-use orbitkv_manager::protocol::message::{GroupHashes, QueryRequest};
-use orbitkv_manager::protocol::{ErrorCode, Message};
-use orbitkv_manager::sim::{EngineOptions, SimEngine, SimError, SimInstance};
+use orbitkv_protocol::client::ClientError;
+use orbitkv_protocol::message::{GroupHashes, QueryRequest};
+use orbitkv_protocol::{ErrorCode, Message};
+use orbitkv_sim::{EngineOptions, SimEngine, SimError, SimInstance};
 use orbitkv_state::engine_hash::vllm::{RequestExtras, VllmHashAlgo, VllmHasher};
 
 /// 64 tokens: four 16-token blocks.

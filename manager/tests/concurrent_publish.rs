@@ -14,8 +14,8 @@ use common::pages::{
     salted_bytes,
 };
 use common::{Daemon, Sealed, seal};
-use orbitkv_manager::protocol::{Message, PageStatus};
-use orbitkv_manager::sim::SimInstance;
+use orbitkv_protocol::{Message, PageStatus};
+use orbitkv_sim::SimInstance;
 
 const BLOCKS: u32 = 8;
 const ROUNDS: u32 = 6;

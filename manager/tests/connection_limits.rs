@@ -11,10 +11,10 @@ use std::time::Duration;
 use common::pages::{fill, publish, publish_request, register_pool};
 use common::slow_io::SlowSync;
 use common::{Daemon, seal};
-use orbitkv_manager::client::{Client, ClientError};
-use orbitkv_manager::protocol::{ErrorCode, Message, PageStatus};
 use orbitkv_manager::server::{ServeError, Server, ServerConfig};
-use orbitkv_manager::sim::SimInstance;
+use orbitkv_protocol::client::{Client, ClientError};
+use orbitkv_protocol::{ErrorCode, Message, PageStatus};
+use orbitkv_sim::SimInstance;
 
 #[test]
 fn connections_past_the_limit_are_refused_with_a_typed_error() {

@@ -10,9 +10,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use common::{Daemon, registration, store};
-use orbitkv_manager::client::{Client, ClientError};
-use orbitkv_manager::protocol::{ErrorCode, Message, Role};
 use orbitkv_manager::server::{ServeError, Server, ServerConfig};
+use orbitkv_protocol::client::{Client, ClientError};
+use orbitkv_protocol::{ErrorCode, Message, Role};
 
 /// Registers the scheduler and `workers` workers of `instance`, each from its own thread and
 /// connection; returns every rank's reply.
@@ -20,7 +20,7 @@ fn seal_round(
     socket: &Path,
     instance: &str,
     workers: u32,
-    change: fn(&mut orbitkv_manager::protocol::message::Register),
+    change: fn(&mut orbitkv_protocol::message::Register),
 ) -> Vec<Result<Message, ClientError>> {
     let mut ranks = vec![(Role::Scheduler, 0)];
     ranks.extend((0..workers).map(|r| (Role::Worker, r)));

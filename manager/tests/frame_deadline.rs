@@ -10,7 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use common::Daemon;
-use orbitkv_manager::protocol::{DEFAULT_MAX_BODY, ErrorCode, Message, read_frame};
+use orbitkv_protocol::{DEFAULT_MAX_BODY, ErrorCode, Message, read_frame};
 
 #[test]
 fn a_frame_dripped_a_byte_at_a_time_is_cut_off_at_its_deadline() {

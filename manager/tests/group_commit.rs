@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use common::pages::{fill, hash, publish, publish_request, register_pool};
 use common::slow_io::SlowSync;
 use common::{Daemon, seal};
-use orbitkv_manager::protocol::{Message, PageStatus};
-use orbitkv_manager::sim::SimInstance;
+use orbitkv_protocol::{Message, PageStatus};
+use orbitkv_sim::SimInstance;
 
 #[test]
 fn a_query_behind_a_publish_is_answered_before_its_records_are_durable() {

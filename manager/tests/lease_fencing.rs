@@ -12,9 +12,9 @@ use common::pages::{
     acquire, fill, fill_with, load_request, page_bytes, publish, register_pool_on, reseal,
 };
 use common::{Daemon, seal};
-use orbitkv_manager::client::ClientError;
-use orbitkv_manager::protocol::{ErrorCode, Message};
-use orbitkv_manager::sim::SimInstance;
+use orbitkv_protocol::client::ClientError;
+use orbitkv_protocol::{ErrorCode, Message};
+use orbitkv_sim::SimInstance;
 use orbitkv_store::{StateStore, StoreConfig};
 
 const SENTINEL: u8 = 0xA5;

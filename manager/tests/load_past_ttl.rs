@@ -15,10 +15,10 @@ use common::pages::{
     salted_bytes,
 };
 use common::{Daemon, seal};
-use orbitkv_manager::client::ClientError;
-use orbitkv_manager::protocol::message::{GroupHashes, QueryRequest};
-use orbitkv_manager::protocol::{ErrorCode, Message, PageStatus};
-use orbitkv_manager::sim::SimInstance;
+use orbitkv_protocol::client::ClientError;
+use orbitkv_protocol::message::{GroupHashes, QueryRequest};
+use orbitkv_protocol::{ErrorCode, Message, PageStatus};
+use orbitkv_sim::SimInstance;
 use orbitkv_store::{StateStore, StoreConfig};
 
 /// Blocks per Load.

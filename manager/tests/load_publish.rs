@@ -9,8 +9,8 @@ mod common;
 use common::pages::{acquire, block_bytes, fill, load, publish, register_pool};
 use common::{Daemon, seal};
 use orbitkv_gpu_bridge::PageRef;
-use orbitkv_manager::protocol::PageStatus;
-use orbitkv_manager::sim::SimInstance;
+use orbitkv_protocol::PageStatus;
+use orbitkv_sim::SimInstance;
 
 #[test]
 fn published_pages_come_back_byte_exact_into_other_pages() {

@@ -15,9 +15,9 @@ use orbitkv_gpu_bridge::{
     Bridge, FencedStates, GroupGeometry, HostPool, PageLease, PagePool, PageRef, PoolId, PoolSpec,
     StagedLoad,
 };
-use orbitkv_manager::protocol::PageStatus;
-use orbitkv_manager::protocol::message::LoadPage;
 use orbitkv_manager::query::Located;
+use orbitkv_protocol::PageStatus;
+use orbitkv_protocol::message::LoadPage;
 use orbitkv_segments::{FRAME_HEADER_LEN, RecordMeta};
 use orbitkv_state::{
     CacheGroupId, Component, FormatDigest, HashDomain, Namespace, ParallelShape, RankSpec,

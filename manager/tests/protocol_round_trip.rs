@@ -3,11 +3,11 @@
 //! never a panic.
 
 use orbitkv_gpu_bridge::{GroupGeometry, PageMemory, PageRef, PoolId, PoolSpec};
-use orbitkv_manager::protocol::message::{
+use orbitkv_protocol::message::{
     GroupHashes, LoadPage, LoadRequest, Proof, ProofLoad, PublishPage, PublishRequest,
     QueryRequest, Register,
 };
-use orbitkv_manager::protocol::{
+use orbitkv_protocol::{
     DEFAULT_MAX_BODY, ErrorCode, HEADER_LEN, Message, PageStatus, ProtocolError, Role, decode_frame,
 };
 use orbitkv_state::{HashDomain, Rule};

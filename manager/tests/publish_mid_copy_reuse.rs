@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use common::{Daemon, seal};
 use orbitkv_gpu_bridge::{HostPool, PageMemory, PageRef, PoolId};
-use orbitkv_manager::protocol::PageStatus;
-use orbitkv_manager::protocol::message::{PublishPage, PublishRequest};
-use orbitkv_manager::sim::SimInstance;
+use orbitkv_protocol::PageStatus;
+use orbitkv_protocol::message::{PublishPage, PublishRequest};
+use orbitkv_sim::SimInstance;
 use orbitkv_state::{CacheGroupId, Component, HashDomain, RankSpec, StateKey};
 
 fn hash(generation: u64) -> Vec<u8> {

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use common::pages::{fill, hash, publish, publish_replies, publish_request, register_pool};
 use common::{Daemon, fault_store, seal};
-use orbitkv_manager::client::{Answer, Client};
-use orbitkv_manager::protocol::{Message, PageStatus};
-use orbitkv_manager::sim::SimInstance;
+use orbitkv_protocol::client::{Answer, Client};
+use orbitkv_protocol::{Message, PageStatus};
+use orbitkv_sim::SimInstance;
 use orbitkv_store::io::fault::{FaultIo, FaultPlan};
 
 fn a_failed_publish_is_never_visible(fault: FaultPlan) {

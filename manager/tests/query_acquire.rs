@@ -8,11 +8,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Daemon, seal};
-use orbitkv_manager::client::{Answer, ClientError};
-use orbitkv_manager::protocol::message::QueryRequest;
-use orbitkv_manager::protocol::{ErrorCode, Message};
-use orbitkv_manager::sim::SimInstance;
+use orbitkv_protocol::client::{Answer, ClientError};
+use orbitkv_protocol::message::QueryRequest;
+use orbitkv_protocol::{ErrorCode, Message};
 use orbitkv_segments::RecordMeta;
+use orbitkv_sim::SimInstance;
 use orbitkv_state::{
     CacheGroupId, Component, HashDomain, Namespace, RankSpec, StateKey, TokenRange,
 };

@@ -9,9 +9,9 @@ mod common;
 
 use common::{Daemon, seal};
 use orbitkv_gpu_bridge::{HostPool, PageMemory};
-use orbitkv_manager::client::ClientError;
-use orbitkv_manager::protocol::ErrorCode;
-use orbitkv_manager::sim::SimInstance;
+use orbitkv_protocol::ErrorCode;
+use orbitkv_protocol::client::ClientError;
+use orbitkv_sim::SimInstance;
 
 /// What the refusal names on this build and machine.
 fn expected_reason() -> &'static str {

@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use orbitkv_manager::protocol::message::{Register, Token};
-use orbitkv_manager::protocol::{ErrorCode, Message, Role};
 use orbitkv_manager::session::{Event, Sessions, TokenSource};
-use orbitkv_manager::sim::SimInstance;
+use orbitkv_protocol::message::{Register, Token};
+use orbitkv_protocol::{ErrorCode, Message, Role};
+use orbitkv_sim::SimInstance;
 use orbitkv_state::{HashDomain, Rule, StateFormat, StorageLayout};
 
 /// Deterministic distinct tokens.

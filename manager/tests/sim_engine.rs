@@ -6,8 +6,8 @@
 mod common;
 
 use common::Daemon;
-use orbitkv_manager::sim::workload::synthetic;
-use orbitkv_manager::sim::{EngineOptions, Report, SimContract, SimEngine, SimInstance};
+use orbitkv_sim::workload::synthetic;
+use orbitkv_sim::{EngineOptions, Report, SimContract, SimEngine, SimInstance};
 
 /// Runs `requests` through a new engine of `inst`; `silent` ranks never publish, and an
 /// instance named `*-consumer` publishes nothing.

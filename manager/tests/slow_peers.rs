@@ -10,8 +10,8 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use common::{Daemon, registration};
-use orbitkv_manager::client::Client;
-use orbitkv_manager::protocol::{Message, Role};
+use orbitkv_protocol::client::Client;
+use orbitkv_protocol::{Message, Role};
 
 /// Sends `n` Stats requests on `s` without reading a reply; returns how many were written
 /// before the daemon closed the connection (or all `n`).

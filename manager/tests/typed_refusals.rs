@@ -10,9 +10,9 @@ use common::pages::{
     publish_request, register_pool,
 };
 use common::{Daemon, fault_store, seal};
-use orbitkv_manager::client::{Client, ClientError};
-use orbitkv_manager::protocol::{ErrorCode, Message, PageStatus, Role};
-use orbitkv_manager::sim::SimInstance;
+use orbitkv_protocol::client::{Client, ClientError};
+use orbitkv_protocol::{ErrorCode, Message, PageStatus, Role};
+use orbitkv_sim::SimInstance;
 use orbitkv_store::io::fault::{FaultIo, FaultPlan};
 
 #[test]

@@ -4,6 +4,8 @@
 //! The header CRC covers every header field, so a length is never trusted before the CRC over it
 //! verified; the payload CRC covers the stored payload bytes (compressed bytes when compressed).
 //! Byte tables: docs/format.md, "Frame".
+//! It is long because the 256-byte header is encoded and decoded field by field in one place,
+//! each field beside its check.
 
 use std::borrow::Cow;
 

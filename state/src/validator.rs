@@ -21,6 +21,8 @@
 //!   satisfied. Every rank slot of every group must be satisfied at the same B.
 //!
 //! Cost is O(n log n) in the number of records (sorting; linear when they arrive sorted).
+//! It is one file because the proof is one algorithm: classification, buckets, candidates and
+//! the common boundary share private types, and the semantics read top to bottom.
 
 use std::fmt;
 

@@ -11,16 +11,16 @@
 
 use std::sync::Arc;
 
-use orbitkv_index::Tier;
-use orbitkv_segments::{FRAME_HEADER_LEN, FrameBody, RecordMeta, SegmentHeader};
+use orbitkv_segments::{FrameBody, SegmentHeader};
 use orbitkv_state::StateKey;
 use orbitkv_wal::{ManifestRecord, SegmentSealed, SegmentState};
 
+use crate::active::{Active, SegmentFile, read_entry_payload, read_sealed};
 use crate::error::{Error, Result};
+use crate::forward::{Copied, Target};
 use crate::io::OpenMode;
 use crate::reclaimer::Log;
 use crate::recover::{MAX_SEGMENT_FILE_BYTES, read_whole};
-use crate::segment::{Active, SegmentFile, read_entry_payload, read_sealed};
 use crate::{StateStore, Writer};
 
 /// What one sealed segment holds, and how much of it is still live.
@@ -167,7 +167,7 @@ impl StateStore {
 
     /// The output segment with room for a `need`-byte frame: the current one, or a new one
     /// after sealing the current one when it is full.
-    fn output_with_room<'o>(
+    pub(crate) fn output_with_room<'o>(
         &self,
         w: &mut Writer,
         out: &'o mut Option<Active>,
@@ -195,17 +195,12 @@ impl StateStore {
         report: &mut CompactReport,
     ) -> Result<Arc<SegmentFile>> {
         let (digest, data_end) = out.seal()?;
-        let mseq = w.next_sequence;
-        w.manifest.append(
-            mseq,
-            ManifestRecord::SegmentSealed(SegmentSealed {
-                segment_id: out.seg.id,
-                footer_digest: digest,
-                records: out.entries.len() as u64,
-                data_end,
-            }),
-        )?;
-        w.next_sequence += 1;
+        w.append_manifest(ManifestRecord::SegmentSealed(SegmentSealed {
+            segment_id: out.seg.id,
+            footer_digest: digest,
+            records: out.entries.len() as u64,
+            data_end,
+        }))?;
         report.outputs.push(out.seg.id);
         report.output_bytes += self.size_or_known(w, &out.seg);
         Ok(out.seg.clone())
@@ -220,8 +215,7 @@ impl StateStore {
         self.publish_held_back(&mut w);
         Self::manifest_writable(&w)?;
         let mut report = CompactReport::default();
-        // key, sequence, the copy's sequence, output, offset
-        let mut moved: Vec<(StateKey, u64, u64, u64, u64)> = Vec::new();
+        let mut moved: Vec<Copied> = Vec::new();
         let mut outputs: Vec<Arc<SegmentFile>> = Vec::new();
         let mut out: Option<Active> = None;
         let mut inputs = Vec::new();
@@ -269,17 +263,16 @@ impl StateStore {
                         continue;
                     }
                 };
-                let need = (payload.len() + FRAME_HEADER_LEN) as u64;
-                let o = self.output_with_room(&mut w, &mut out, &mut outputs, &mut report, need)?;
                 // The copy takes a new sequence, so a segment's sequences keep increasing; only
                 // the key's current record is copied, so no newer one is overtaken.
-                let rec: [(RecordMeta, &[u8]); 1] = [(meta.clone(), payload.as_slice())];
-                let new_seq = w.next_sequence;
-                w.next_sequence += 1;
-                let entries = o.append(&rec, new_seq)?;
-                if let Some(ne) = entries.first() {
-                    moved.push((meta.key, e.record_sequence, new_seq, o.seg.id, ne.offset));
-                }
+                let to = Target::Outputs {
+                    open: &mut out,
+                    sealed: &mut outputs,
+                    report: &mut report,
+                };
+                let copied =
+                    self.copy_forward(&mut w, to, meta, &payload, e.record_sequence, false)?;
+                moved.extend(copied);
                 report.copied += 1;
             }
         }
@@ -295,15 +288,10 @@ impl StateStore {
         // power loss could take both a synced record and its unsynced successor.
         self.sync_log(&mut w, Log::Probation)?;
         self.sync_log(&mut w, Log::Main)?;
-        let mseq = w.next_sequence;
-        w.manifest.append(
-            mseq,
-            ManifestRecord::CompactionCommitted {
-                inputs: report.inputs.clone(),
-                outputs: report.outputs.clone(),
-            },
-        )?;
-        w.next_sequence += 1;
+        w.append_manifest(ManifestRecord::CompactionCommitted {
+            inputs: report.inputs.clone(),
+            outputs: report.outputs.clone(),
+        })?;
         // Committed: publish the outputs, move the index, then retire the inputs.
         {
             let mut map = self.segments.write().unwrap_or_else(|p| p.into_inner());
@@ -311,17 +299,15 @@ impl StateStore {
                 map.insert(o.id, o.clone());
             }
         }
-        for (key, seq, new_seq, seg, offset) in moved {
-            let seg32 = u32::try_from(seg).unwrap_or_default();
-            let moved_from = self.index.get(&key).filter(|r| r.sequence == seq);
-            if self
-                .index
-                .relocate(&key, seq, new_seq, Tier::Ssd, seg32, offset)?
+        for c in &moved {
+            let moved_from = self.index.get(&c.key).filter(|r| r.sequence == c.from);
+            if self.adopt_copy(c)?
                 && let Some(from) = moved_from
                 && self.read_marks.take(u64::from(from.segment), from.offset)
             {
                 // A record read before compaction is still one read for the reclaimer.
-                self.read_marks.mark(seg, offset);
+                self.read_marks
+                    .mark(u64::from(c.record.segment), c.record.offset);
             }
         }
         {
@@ -370,7 +356,7 @@ impl StateStore {
         let mut report = CompactReport::default();
         let mut out: Option<Active> = None;
         let mut outputs: Vec<Arc<SegmentFile>> = Vec::new();
-        let mut placed: Vec<(StateKey, orbitkv_index::Record)> = Vec::new();
+        let mut placed: Vec<Copied> = Vec::new();
         let mut inputs = Vec::new();
         for &id in ids {
             if !matches!(
@@ -430,24 +416,12 @@ impl StateStore {
                     report.dropped_bad += 1;
                     continue;
                 };
-                let need = (payload.len() + FRAME_HEADER_LEN) as u64;
-                let o = self.output_with_room(&mut w, &mut out, &mut outputs, &mut report, need)?;
-                let rec: [(RecordMeta, &[u8]); 1] = [(meta.clone(), payload.as_ref())];
-                let entries = o.append_with(&rec, |_| seq)?;
-                if let Some(ne) = entries.first() {
-                    placed.push((
-                        meta.key,
-                        orbitkv_index::Record {
-                            tier: Tier::Ssd,
-                            segment: u32::try_from(o.seg.id).unwrap_or_default(),
-                            offset: ne.offset,
-                            stored_len: ne.stored_len,
-                            range: meta.range,
-                            sequence: seq,
-                            format: meta.format,
-                        },
-                    ));
-                }
+                let to = Target::Outputs {
+                    open: &mut out,
+                    sealed: &mut outputs,
+                    report: &mut report,
+                };
+                placed.extend(self.copy_forward(&mut w, to, meta, &payload, seq, true)?);
                 report.copied += 1;
             }
             // Copies keep their sequences, which increase within one input only: each input
@@ -464,32 +438,20 @@ impl StateStore {
             return Ok(report);
         }
         report.inputs = inputs.clone();
-        let mseq = w.next_sequence;
-        w.manifest.append(
-            mseq,
-            ManifestRecord::CompactionCommitted {
-                inputs: inputs.clone(),
-                outputs: report.outputs.clone(),
-            },
-        )?;
-        w.next_sequence += 1;
+        w.append_manifest(ManifestRecord::CompactionCommitted {
+            inputs: inputs.clone(),
+            outputs: report.outputs.clone(),
+        })?;
         {
             let mut map = self.segments.write().unwrap_or_else(|p| p.into_inner());
             for o in &outputs {
                 map.insert(o.id, o.clone());
             }
         }
-        for (key, rec) in placed {
+        for c in &placed {
             // The copy replaces the record it came from (same sequence) or an older one.
-            if !self.index.relocate(
-                &key,
-                rec.sequence,
-                rec.sequence,
-                Tier::Ssd,
-                rec.segment,
-                rec.offset,
-            )? {
-                self.index.insert(&key, rec)?;
+            if !self.adopt_copy(c)? {
+                self.index.insert(&c.key, c.record)?;
             }
         }
         {

@@ -17,8 +17,8 @@ pub const CHECKPOINT_EVERY: u64 = 4096;
 /// The largest manifest a store opens: a larger one is damaged (a sparse or runaway file) and
 /// refused without being read. Records other than a checkpoint are under a KiB each. A
 /// checkpoint is at most [`orbitkv_wal::record::MAX_RECORD_PAYLOAD`] (64 MiB) and is written
-/// once the log reaches [`CHECKPOINT_EVERY`] records or a quarter of this size, whichever comes
-/// first, at the next segment seal.
+/// once the log reaches [`crate::StoreConfig::checkpoint_every`] records or a quarter of this
+/// size, whichever comes first, at the next segment seal.
 pub const MAX_MANIFEST_BYTES: u64 = 1 << 30;
 
 /// The open manifest.

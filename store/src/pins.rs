@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use orbitkv_index::Record;
 use orbitkv_state::StateKey;
 
+use crate::active::SegmentFile;
 use crate::error::Result;
-use crate::segment::SegmentFile;
 use crate::stats::Stats;
 use crate::{Sink, StateStore};
 

@@ -21,17 +21,17 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
-use orbitkv_index::Tier;
 use orbitkv_segments::footer::{FOOTER_FIXED_LEN, INDEX_ENTRY_LEN, NAMESPACE_SUMMARY_LEN};
 use orbitkv_segments::segment_header::DIRECT_ALIGN;
-use orbitkv_segments::{FrameBody, RecordMeta, TRAILER_LEN};
+use orbitkv_segments::{FrameBody, TRAILER_LEN};
 use orbitkv_state::StateKey;
 use orbitkv_wal::{ManifestRecord, SegmentState};
 
+use crate::active::{SegmentFile, read_entry_payload, read_sealed};
 use crate::error::{Error, Result};
+use crate::forward::{Copied, Target};
 use crate::ghost::fingerprint;
 use crate::io::OpenMode;
-use crate::segment::{SegmentFile, read_entry_payload, read_sealed};
 use crate::stats::Stats;
 use crate::{StateStore, Writer};
 
@@ -356,8 +356,7 @@ impl StateStore {
                 Vec::new()
             }
         };
-        // key, sequence, the copy's sequence, its segment and offset
-        let mut kept: Vec<(StateKey, u64, u64, u64, u64)> = Vec::new();
+        let mut kept: Vec<Copied> = Vec::new();
         let mut dropped: Vec<(StateKey, u64)> = Vec::new();
         for e in &entries {
             let FrameBody::Record(meta) = &e.body else {
@@ -381,40 +380,20 @@ impl StateStore {
                 dropped.push((meta.key, e.record_sequence));
                 continue;
             };
-            let rec: [(RecordMeta, &[u8]); 1] = [(meta.clone(), payload.as_slice())];
-            let need = self.bundle_need(&rec);
-            let seg = self.ensure_active(w, Log::Main, need)?;
             // A new sequence keeps the segment's sequences increasing; the record is its key's
             // current one (checked above, under the writer lock), so nothing newer is overtaken.
-            let new_seq = w.next_sequence;
-            let Some(active) = w.active[Log::Main as usize].as_mut() else {
-                continue;
-            };
-            let before = active.len;
-            let appended = match active.append(&rec, new_seq) {
-                Ok(a) => a,
-                Err(err) => return Err(self.refuse_on(w, err, Log::Main)),
-            };
-            w.ssd_used += active.len - before;
-            w.next_sequence += 1;
-            if let Some(ne) = appended.first() {
-                kept.push((meta.key, e.record_sequence, new_seq, seg, ne.offset));
-            }
+            let copied =
+                self.copy_forward(w, Target::MainLog, meta, &payload, e.record_sequence, false)?;
+            kept.extend(copied);
         }
         // The copies are durable before the original's deletion is, and so are the records
         // that superseded the ones dropped (a power loss must not take a synced record and its
         // unsynced successor both).
         self.sync_log(w, Log::Probation)?;
         self.sync_log(w, Log::Main)?;
-        for (key, seq, new_seq, seg, offset) in &kept {
-            let seg = u32::try_from(*seg).unwrap_or_default();
-            if self
-                .index
-                .relocate(key, *seq, *new_seq, Tier::Ssd, seg, *offset)?
-            {
-                // Its DRAM copy names the old sequence; the next read brings the copy back.
-                self.dram.remove(key, *seq);
-            }
+        for c in &kept {
+            // Its DRAM copy names the old sequence: dropped; the next read brings it back.
+            self.adopt_copy(c)?;
         }
         let capacity = self.index.len().max(1024);
         for (key, seq) in &dropped {
@@ -425,10 +404,7 @@ impl StateStore {
                 }
             }
         }
-        let mseq = w.next_sequence;
-        w.manifest
-            .append(mseq, ManifestRecord::SegmentDeleted { segment_id: id })?;
-        w.next_sequence += 1;
+        w.append_manifest(ManifestRecord::SegmentDeleted { segment_id: id })?;
         self.segments
             .write()
             .unwrap_or_else(|p| p.into_inner())

@@ -16,10 +16,10 @@ use orbitkv_segments::{
 use orbitkv_state::StateKey;
 use orbitkv_wal::{ManifestState, SegmentCreated, SegmentState};
 
+use crate::active::{SegmentFile, read_sealed};
 use crate::dir::Layout;
 use crate::error::{Result, io_err};
 use crate::io::{Io, IoFile, OpenMode};
-use crate::segment::{SegmentFile, read_sealed};
 
 /// Bytes read at a time when a file is read whole (the manifest, an active segment on open,
 /// every segment in fsck and repair).

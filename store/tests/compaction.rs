@@ -167,3 +167,26 @@ fn readers_racing_a_compaction_never_see_wrong_bytes() {
         assert_eq!(check_version(&s, i, current(i)), Some(true));
     }
 }
+
+#[test]
+fn compaction_drops_the_dram_copies_of_the_records_it_moves() {
+    let io = FaultIo::new();
+    let mut c = config(SEG, Durability::EveryPut);
+    c.dram_bytes = 8 << 20;
+    let s = open_with(&io, c);
+    fill(&s);
+    let before = s.usage().dram_entries;
+    let r = s.compact_below(0.6).unwrap();
+    assert!(r.copied > 0, "{r:?}");
+    // A copy names its old sequence, which no index entry names any more: it is gone.
+    assert_eq!(s.usage().dram_entries, before - r.copied);
+    for i in 0..40 {
+        assert_eq!(check_version(&s, i, current(i)), Some(true), "record {i}");
+    }
+    // The copies came back under the moved records' new sequences and serve the next reads.
+    let hits = s.stats().dram_hits;
+    for i in 0..40 {
+        assert_eq!(check_version(&s, i, current(i)), Some(true), "record {i}");
+    }
+    assert_eq!(s.stats().dram_hits, hits + 40);
+}

@@ -8,9 +8,9 @@ mod common;
 use std::process::Command;
 
 use common::daemon::Serve;
-use orbitkv_manager::client::Client;
-use orbitkv_manager::protocol::{Message, Role};
-use orbitkv_manager::sim::SimInstance;
+use orbitkv_protocol::client::Client;
+use orbitkv_protocol::{Message, Role};
+use orbitkv_sim::SimInstance;
 
 #[test]
 fn serve_seals_serves_metrics_and_stops_cleanly_on_sigterm() {

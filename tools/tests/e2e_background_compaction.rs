@@ -9,9 +9,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::daemon::{Serve, bin};
-use orbitkv_manager::client::Client;
-use orbitkv_manager::sim::workload::synthetic;
-use orbitkv_manager::sim::{EngineOptions, SimEngine, SimInstance};
+use orbitkv_protocol::client::Client;
+use orbitkv_sim::workload::synthetic;
+use orbitkv_sim::{EngineOptions, SimEngine, SimInstance};
 
 /// An instance with 128 KiB pages, in its own namespace (`scope`).
 fn instance(name: &str, scope: &str) -> SimInstance {

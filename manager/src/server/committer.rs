@@ -14,8 +14,9 @@ use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
+use orbitkv_protocol::Message;
+
 use crate::metrics::Timed;
-use crate::protocol::Message;
 use crate::transfer::{Bundle, Copied, Stored, bundle_records, store_bundle, take_records};
 
 use super::Shared;

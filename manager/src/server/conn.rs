@@ -13,10 +13,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use orbitkv_gpu_bridge::fdpass::{recv_with_fd, send_nonblocking};
+use orbitkv_protocol::frame::{ReadError, read_body};
+use orbitkv_protocol::{ErrorCode, FrameHeader, HEADER_LEN, Message};
 
 use crate::metrics::inc;
-use crate::protocol::frame::{ReadError, read_body};
-use crate::protocol::{ErrorCode, FrameHeader, HEADER_LEN, Message};
 use crate::session::{ConnId, Refusal};
 use crate::transfer::Spare;
 

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use orbitkv_protocol::message::{LoadRequest, PublishRequest, QueryRequest, Register, Token};
+use orbitkv_protocol::{ErrorCode, Message, Role};
+
 use crate::metrics::{Timed, inc};
-use crate::protocol::message::{LoadRequest, PublishRequest, QueryRequest, Register, Token};
-use crate::protocol::{ErrorCode, Message, Role};
 use crate::session::{ConnId, Refusal};
 
 use super::Shared;

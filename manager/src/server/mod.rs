@@ -20,13 +20,13 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use orbitkv_protocol::{DEFAULT_MAX_BODY, ErrorCode, Message};
 use orbitkv_state::{RankSpec, StorageLayout};
 use orbitkv_store::StateStore;
 use orbitkv_wal::NamespaceInfo;
 
 use crate::metrics::{Metrics, inc};
 use crate::peer::PeerPolicy;
-use crate::protocol::{DEFAULT_MAX_BODY, ErrorCode, Message};
 use crate::session::{ConnId, Event, OsRandom, Refusal, Sessions};
 
 use self::committer::Committer;
@@ -220,7 +220,7 @@ impl Shared {
     /// The session of a hot-path request, counting refusals.
     fn session(
         &self,
-        token: &crate::protocol::message::Token,
+        token: &orbitkv_protocol::message::Token,
         epoch: Option<u64>,
     ) -> Result<crate::session::Session, Refusal> {
         let s = self.sessions();
@@ -271,7 +271,7 @@ impl Shared {
 
     /// An instance sealed a new epoch: the leases of its earlier epochs end (their pins given
     /// back), and its namespace is registered in the store (durably, idempotently).
-    fn on_sealed(&self, token: &crate::protocol::message::Token) -> Result<(), Refusal> {
+    fn on_sealed(&self, token: &orbitkv_protocol::message::Token) -> Result<(), Refusal> {
         // By the seal's token: a connection that registered again holds several sessions.
         let inst = self
             .sessions()

@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use orbitkv_manager::client::Client;
 use orbitkv_manager::server::{Server, ServerConfig, Stopper};
+use orbitkv_protocol::client::Client;
 
-use orbitkv_manager::protocol::message::Register;
-use orbitkv_manager::protocol::message::{GroupHashes, QueryRequest, Token};
-use orbitkv_manager::protocol::{Message, Role};
-use orbitkv_manager::sim::SimInstance;
+use orbitkv_protocol::message::Register;
+use orbitkv_protocol::message::{GroupHashes, QueryRequest, Token};
+use orbitkv_protocol::{Message, Role};
+use orbitkv_sim::SimInstance;
 use orbitkv_state::Namespace;
 use orbitkv_store::{StateStore, StoreConfig};
 

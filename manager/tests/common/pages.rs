@@ -4,9 +4,9 @@
 use std::os::fd::AsFd;
 
 use orbitkv_gpu_bridge::{HostPool, PageRef};
-use orbitkv_manager::protocol::message::{LoadPage, LoadRequest, PublishPage, PublishRequest};
-use orbitkv_manager::protocol::{Message, PageStatus, Role};
-use orbitkv_manager::sim::SimInstance;
+use orbitkv_protocol::message::{LoadPage, LoadRequest, PublishPage, PublishRequest};
+use orbitkv_protocol::{Message, PageStatus, Role};
+use orbitkv_sim::SimInstance;
 use orbitkv_state::Namespace;
 
 use super::Sealed;

@@ -9,6 +9,7 @@
 //! As on Linux, data whose fsync failed is never made durable by a later fsync (its pages were
 //! marked clean); it stays readable until the crash. Directories themselves are durable once
 //! created.
+//! Its unit tests take the last 120 lines.
 
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashSet};

@@ -1,10 +1,11 @@
 //! The store's I/O, behind a trait: every byte the store reads or writes, every sync, create,
 //! rename and lock goes through [`Io`], so tests can inject failures and power loss
-//! ([`fault::FaultIo`]) and production picks the backend ([`default_for`]: [`uring::UringIo`],
+//! (`fault::FaultIo`, built with the `fault-io` feature only) and production picks the backend ([`default_for`]: [`uring::UringIo`],
 //! io_uring with `O_DIRECT` for aligned requests where both are available, probed;
 //! [`std_io::StdIo`]: the portable positioned `pread`/`pwrite`).
 
 pub mod aligned;
+#[cfg(any(test, feature = "fault-io"))]
 pub mod fault;
 pub mod std_io;
 pub mod uring;

@@ -3,6 +3,7 @@
 use std::any::Any;
 use std::fs::{self, File, OpenOptions};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -33,7 +34,7 @@ impl IoFile for StdFile {
         self.0.set_len(len)
     }
     fn preallocate(&self, len: u64) -> io::Result<()> {
-        super::uring::fallocate_keep_size(&self.0, len)
+        fallocate_keep_size(&self.0, len)
     }
 }
 
@@ -84,5 +85,19 @@ impl Io for StdIo {
             )),
             Err(fs::TryLockError::Error(e)) => Err(e),
         }
+    }
+}
+
+/// `fallocate(FALLOC_FL_KEEP_SIZE)` over `0..len`.
+#[expect(unsafe_code, reason = "fallocate has no safe wrapper in std")]
+pub(crate) fn fallocate_keep_size(f: &File, len: u64) -> io::Result<()> {
+    let len = libc::off_t::try_from(len).map_err(|_| io::Error::other("length too large"))?;
+    // SAFETY: fallocate only reads its integer arguments; the descriptor is open (borrowed from
+    // `f`) for the duration of the call.
+    let r = unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, len) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }

@@ -15,6 +15,7 @@
 //! multiple length, so appends and verified reads of whole frames are direct. Some file systems
 //! (tmpfs, some overlay mounts) refuse `O_DIRECT`: [`UringIo::buffered`] is the backend there,
 //! and for the offline tools that must not create a probe file.
+//! Its unit tests take the last 150 lines.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -28,7 +29,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use io_uring::{IoUring, opcode, types};
 
 use super::aligned::{DIRECT_ALIGN, aligned_buffer, is_aligned};
-use super::std_io::StdIo;
+use super::std_io::{StdIo, fallocate_keep_size};
 use super::{Io, IoFile, OpenMode, WriteBuf};
 
 /// Real files through io_uring, with `O_DIRECT` for aligned requests when probed.
@@ -286,20 +287,6 @@ impl Drop for UringFile {
                 std::mem::forget(ring);
             }
         }
-    }
-}
-
-/// `fallocate(FALLOC_FL_KEEP_SIZE)` over `0..len`.
-#[expect(unsafe_code, reason = "fallocate has no safe wrapper in std")]
-pub(crate) fn fallocate_keep_size(f: &File, len: u64) -> io::Result<()> {
-    let len = libc::off_t::try_from(len).map_err(|_| io::Error::other("length too large"))?;
-    // SAFETY: fallocate only reads its integer arguments; the descriptor is open (borrowed from
-    // `f`) for the duration of the call.
-    let r = unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, len) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use orbitkv_manager::client::{Client, ClientError};
+use orbitkv_protocol::client::{Client, ClientError};
 use orbitkv_state::{Namespace, hex};
 use serde_json::{Map, Value, json};
 

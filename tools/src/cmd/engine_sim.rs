@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 use orbitkv_adapters::identity::{EngineSettings, FingerprintOptions, IdentityEnv, ModelSource};
-use orbitkv_manager::sim::workload::{Synthetic, trace_tokens};
-use orbitkv_manager::sim::{EngineOptions, Report, SimContract, SimEngine, SimInstance};
+use orbitkv_sim::workload::{Synthetic, trace_tokens};
+use orbitkv_sim::{EngineOptions, Report, SimContract, SimEngine, SimInstance};
 use orbitkv_state::{EngineKind, IdentityBuilder, ModelDigest};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use orbitkv_manager::sim::{Report, SimEngine};
+use orbitkv_sim::{Report, SimEngine};
 use serde_json::json;
 
 use super::engine_sim::{InstanceArgs, report_text, verdict};

@@ -15,15 +15,17 @@
 //! acknowledged before its Retire was sent and that Retire took effect (its reply came, or the
 //! manifest holds its record) — unless a Publish of the same page was in flight when the Retire
 //! was sent, or sent after it — and present when sent after the reply.
+//! It is long because each check (on disk, through the daemon, against the retirements) is
+//! its own pass over the same expectations.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
 
-use orbitkv_manager::protocol::PageStatus;
-use orbitkv_manager::protocol::message::GroupHashes;
-use orbitkv_manager::sim::{Acked, AckedPage, CheckedPage, SimContract, SimEngine, payload};
+use orbitkv_protocol::PageStatus;
+use orbitkv_protocol::message::GroupHashes;
+use orbitkv_sim::{Acked, AckedPage, CheckedPage, SimContract, SimEngine, payload};
 use orbitkv_state::{CacheGroupId, HashDomain, Namespace, RankSpec, StateKey, hex};
 use orbitkv_store::{StateStore, StoreConfig};
 use orbitkv_wal::{ManifestRecord, decode_record};

@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use orbitkv_manager::client::ClientError;
-use orbitkv_manager::protocol::ErrorCode;
-use orbitkv_manager::sim::workload::Synthetic;
-use orbitkv_manager::sim::{
+use orbitkv_protocol::ErrorCode;
+use orbitkv_protocol::client::ClientError;
+use orbitkv_sim::workload::Synthetic;
+use orbitkv_sim::{
     Acked, AckedPage, EngineOptions, Observer, PublishObserver, SimContract, SimEngine, SimError,
     SimInstance,
 };

@@ -10,6 +10,8 @@
 //! log (a phase whose last `begin` has no `end`) and from the harness (a Publish or Retire
 //! outstanding). A first, uncounted cycle fills most of the budget (and ends with SIGTERM under
 //! load), so reclaim runs in the counted ones.
+//! It is long because one harness drives every phase of a cycle (start, load, kill, restart,
+//! check) over state the phases share.
 
 mod check;
 mod daemon;
@@ -23,10 +25,10 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use orbitkv_manager::client::Client;
-use orbitkv_manager::protocol::Message;
-use orbitkv_manager::sim::payload::splitmix64;
-use orbitkv_manager::sim::{Report, SimEngine};
+use orbitkv_protocol::Message;
+use orbitkv_protocol::client::Client;
+use orbitkv_sim::payload::splitmix64;
+use orbitkv_sim::{Report, SimEngine};
 use serde_json::json;
 
 use self::check::{Expect, History, Offline, PageKey, Pending, RetireInfo, Tally, Want};

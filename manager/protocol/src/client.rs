@@ -14,11 +14,9 @@ use orbitkv_gpu_bridge::fdpass::send_with_fd;
 
 use orbitkv_gpu_bridge::{PageMemory, PoolSpec};
 
-use crate::protocol::frame::ReadError;
-use crate::protocol::message::{LoadRequest, Proof, PublishRequest, QueryRequest, Register, Token};
-use crate::protocol::{
-    DEFAULT_MAX_BODY, ErrorCode, Message, PageStatus, ProtocolError, read_frame,
-};
+use crate::frame::ReadError;
+use crate::message::{LoadRequest, Proof, PublishRequest, QueryRequest, Register, Token};
+use crate::{DEFAULT_MAX_BODY, ErrorCode, Message, PageStatus, ProtocolError, read_frame};
 
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]

@@ -2,6 +2,11 @@
 //! ([`instance`]), the bytes its computation produces ([`payload`]), the requests it sends
 //! ([`workload`]) and the engine itself talking to the daemon ([`engine`]). `orbitkv
 //! engine-sim`, `orbitkv loadgen`, the tests and the benchmarks drive the daemon with it.
+//!
+//! It speaks only the public protocol crate, never the daemon's library: what it does, any
+//! engine can do.
+
+#![forbid(unsafe_code)]
 
 pub mod engine;
 pub mod instance;

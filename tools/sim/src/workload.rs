@@ -3,7 +3,7 @@
 //! sequences a Mooncake-format trace describes (each trace block id stands for the same tokens
 //! wherever it appears, so shared ids are shared prefixes).
 
-use super::payload::splitmix64;
+use crate::payload::splitmix64;
 
 /// Token ids are drawn below this (a typical vocabulary size).
 pub const VOCAB: u64 = 32_000;

@@ -2,10 +2,12 @@
 //! its scheduler and one thread per worker rank register (the instance seals), each worker
 //! registers a host page pool in shared memory, and every request goes Acquire → Load (each
 //! worker into its own pages) → Release → Publish of the blocks it had to compute. Every loaded
-//! byte is checked against the bytes the computation produces ([`super::payload`]), and every
+//! byte is checked against the bytes the computation produces ([`crate::payload`]), and every
 //! proof against what the instance's recovery contract demands at its boundary. A
 //! [`PublishObserver`] is told of every Publish and of the pages each PublishDurable acknowledged;
 //! [`SimEngine::check`] loads and checks stored records without publishing (crash tests use both).
+//!
+//! It is over 600 lines: the driver and its worker threads share private job and result types.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -17,13 +19,13 @@ use std::time::{Duration, Instant};
 use orbitkv_gpu_bridge::{HostPool, PageMemory, PageRef};
 use orbitkv_state::engine_hash::vllm::{RequestExtras, VllmHashAlgo, VllmHasher};
 
-use super::instance::{CHECKPOINT_BLOCKS, SimContract, SimGroup, SimInstance, WINDOW_BLOCKS};
-use super::payload;
-use crate::client::{Acquired, Client, ClientError};
-use crate::protocol::message::{
+use crate::instance::{CHECKPOINT_BLOCKS, SimContract, SimGroup, SimInstance, WINDOW_BLOCKS};
+use crate::payload;
+use orbitkv_protocol::client::{Acquired, Client, ClientError};
+use orbitkv_protocol::message::{
     GroupHashes, LoadPage, LoadRequest, Proof, PublishPage, PublishRequest, QueryRequest, Token,
 };
-use crate::protocol::{PageStatus, Role};
+use orbitkv_protocol::{PageStatus, Role};
 
 /// Why the simulated engine stopped.
 #[derive(Debug, thiserror::Error)]
@@ -261,12 +263,10 @@ impl Report {
     }
 }
 
-/// The name of miss reason `code`.
+/// The name of miss reason `code` (`reason_<code>` for a code without one).
 pub fn miss_name(code: u16) -> String {
-    usize::from(code)
-        .checked_sub(1)
-        .and_then(|i| crate::metrics::MISS_REASONS.get(i))
-        .map_or_else(|| format!("reason_{code}"), |s| (*s).to_owned())
+    orbitkv_protocol::miss::miss_reason_name(code)
+        .map_or_else(|| format!("reason_{code}"), str::to_owned)
 }
 
 /// What [`SimEngine::check`] found for one page a proof named.
@@ -724,7 +724,7 @@ impl SimEngine {
         let acquired = loop {
             match self.scheduler.acquire(query.clone()) {
                 Err(ClientError::Refused {
-                    code: crate::protocol::ErrorCode::RetryLater,
+                    code: orbitkv_protocol::ErrorCode::RetryLater,
                     retry_after,
                     ..
                 }) if tries < 8 => {

@@ -1,10 +1,21 @@
 //! The engine protocol, version 1: length-framed binary messages over the control socket (and
-//! the hot-path transport). [`frame`] is the 24-byte header, [`message`] every message body,
-//! [`wire`] the bounds-checked field encoding. Byte tables in `docs/protocol.md`.
+//! the hot-path transport). Byte tables are in `docs/protocol.md`.
+//!
+//! - [`frame`]: the 24-byte header.
+//! - [`message`]: every message body.
+//! - [`wire`]: the bounds-checked field encoding.
+//! - [`miss`]: the miss-reason codes and names.
+//! - [`client`]: the Rust client an engine links.
+//!
+//! It depends on the state vocabulary and the GPU bridge only, never on the store.
 
+#![forbid(unsafe_code)]
+
+pub mod client;
 pub mod error;
 pub mod frame;
 pub mod message;
+pub mod miss;
 pub mod wire;
 
 pub use error::{ProtocolError, Result};

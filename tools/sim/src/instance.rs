@@ -10,8 +10,8 @@ use orbitkv_state::{
     Label, ParallelShape, RankSpec, Rule, StateFormat, StorageLayout,
 };
 
-use crate::protocol::Role;
-use crate::protocol::message::Register;
+use orbitkv_protocol::Role;
+use orbitkv_protocol::message::Register;
 
 /// Bytes per element of every simulated tensor (a 16-bit dtype).
 const ELEM: u64 = 2;

@@ -1,5 +1,8 @@
 //! Segment files: the active segment the writer appends frames to, and the sealed segments
 //! readers read records from.
+//!
+//! It is over 600 lines: the write-behind tail, the writes in flight and the reads that serve
+//! them share one buffer list, kept in one file.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};

@@ -1,0 +1,228 @@
+//! Opening a store: configuration checks, the directory lock, recovery, and the sealing of
+//! what was active.
+//!
+//! A read-only open changes nothing on disk and refuses puts.
+//! A recovered active segment that cannot be sealed leaves the store open for reads only.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use orbitkv_index::Index;
+use orbitkv_wal::{ManifestRecord, SegmentSealed};
+
+use crate::active::Active;
+use crate::dir::{self, Layout};
+use crate::dram::DramTier;
+use crate::error::{Error, Result, WriteRefusal, io_err};
+use crate::ghost::Ghost;
+use crate::io::Io;
+use crate::manifest::Manifest;
+use crate::pins::Pins;
+use crate::reclaimer::ReadMarks;
+use crate::recover::{self, RecoveryReport};
+use crate::stats::Stats;
+use crate::superseded::Superseded;
+use crate::{
+    MAX_SEGMENT_BYTES, MIN_SSD_BYTES, SEGMENTS_PER_BUDGET, StateStore, StoreConfig, Writer,
+};
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A directory id: distinguishes data directories (not a secret). Time and process id suffice.
+fn random_id() -> [u8; 16] {
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    (t ^ (u128::from(std::process::id()) << 96)).to_le_bytes()
+}
+
+impl StateStore {
+    /// Opens (creating if needed) the store in `config.data_dir` on `io`, recovering it.
+    pub fn open(io: Arc<dyn Io>, mut config: StoreConfig) -> Result<Self> {
+        let layout = Layout::new(&config.data_dir);
+        if config.segment_bytes > MAX_SEGMENT_BYTES || config.segment_bytes < 8 << 10 {
+            return Err(Error::BadConfig(format!(
+                "segment size {} must lie between 8 KiB and {} bytes",
+                config.segment_bytes, MAX_SEGMENT_BYTES
+            )));
+        }
+        if let Some(budget) = config.ssd_bytes {
+            if budget < MIN_SSD_BYTES {
+                return Err(Error::BadConfig(format!(
+                    "an SSD budget of {budget} bytes is below the minimum of {MIN_SSD_BYTES}"
+                )));
+            }
+            config.segment_bytes = config
+                .segment_bytes
+                .min(budget / SEGMENTS_PER_BUDGET)
+                .max(8 << 10);
+        }
+        io.create_dir_all(&layout.segments())
+            .map_err(io_err(&layout.segments(), "create directory"))?;
+        let lock = io.lock_exclusive(&layout.lock()).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                Error::Locked {
+                    path: layout.root.clone(),
+                }
+            } else {
+                io_err(&layout.lock(), "lock")(e)
+            }
+        })?;
+        if config.read_only && !io.exists(&layout.header()) {
+            return Err(Error::Damaged {
+                path: layout.root.clone(),
+                reason: "no store here (no orbitkv.dir)".to_owned(),
+            });
+        }
+        let (header, _) = dir::open_header(io.as_ref(), &layout, now_ms(), random_id())?;
+        let opened = Manifest::open(io.as_ref(), &layout, config.read_only)?;
+        let manifest = opened.manifest;
+        let stats = Stats::default();
+        let index = Index::with_capacity(config.index_capacity);
+        let report = RecoveryReport {
+            manifest_truncated: opened.truncated,
+            bytes_read: opened.bytes_read,
+            ..RecoveryReport::default()
+        };
+        let rec = recover::recover(
+            io.as_ref(),
+            &layout,
+            &manifest.state,
+            &header.directory_id,
+            config.read_only,
+            &index,
+            report,
+        )?;
+        let report = rec.report;
+        let rec_superseded = rec.superseded;
+        let next_sequence = rec
+            .max_record_sequence
+            .max(manifest.state.last_sequence)
+            .map_or(1, |s| s + 1);
+        let mut segments = rec.segments;
+        let mut writer = Writer {
+            manifest,
+            active: [None, None],
+            next_sequence,
+            refuse: config.read_only.then_some(WriteRefusal::ReadOnly),
+            no_space_at: None,
+            lost_since_sync: 0,
+            ssd_used: 0,
+            probation: BTreeSet::new(),
+            ghost: Ghost::default(),
+        };
+        // Seal what was active (or forget it when empty): recovery scans only one active tail.
+        // If that cannot be written (a full disk), the store still opens and serves reads.
+        let actives = if config.read_only {
+            Vec::new()
+        } else {
+            rec.actives
+        };
+        for (created, found) in actives {
+            let id = created.segment_id;
+            let result = match found {
+                Some(a) if !a.entries.is_empty() => {
+                    let mut active =
+                        Active::resume(a.header, a.file, a.len, a.entries, config.compression);
+                    active.seal().and_then(|(digest, data_end)| {
+                        writer
+                            .append_manifest(ManifestRecord::SegmentSealed(SegmentSealed {
+                                segment_id: id,
+                                footer_digest: digest,
+                                records: active.entries.len() as u64,
+                                data_end,
+                            }))
+                            .map(drop)
+                    })
+                }
+                other => writer
+                    .append_manifest(ManifestRecord::SegmentDeleted { segment_id: id })
+                    .map(|_| {
+                        segments.remove(&id);
+                        if let Some(a) = other {
+                            if let Err(e) = io.remove_file(&a.file.path)
+                                && e.kind() != std::io::ErrorKind::NotFound
+                            {
+                                Stats::add(&stats.failed_deletes, 1);
+                                tracing::error!(
+                                    path = %a.file.path.display(),
+                                    "cannot delete an empty recovered segment file ({e}); it stays counted in the SSD budget until `orbitkv fsck --repair` removes it"
+                                );
+                            }
+                            if let Err(e) = io.sync_dir(&layout.segments()) {
+                                Stats::add(&stats.failed_dir_syncs, 1);
+                                tracing::warn!(
+                                    path = %layout.segments().display(),
+                                    "cannot fsync the segments directory after deleting a file ({e})"
+                                );
+                            }
+                        }
+                    }),
+            };
+            match result {
+                Ok(()) => {}
+                Err(e) => {
+                    tracing::error!(
+                        segment = id,
+                        "cannot seal a recovered segment, refusing writes: {e}"
+                    );
+                    writer.refuse = Some(WriteRefusal::RecoveryUnsealed {
+                        segment: id,
+                        detail: e.to_string(),
+                    });
+                }
+            }
+        }
+        for (id, why) in &report.quarantined {
+            tracing::warn!(segment = id, "quarantined: {why}");
+        }
+        Stats::add(&stats.open_bytes_read, report.bytes_read);
+        Stats::add(&stats.open_payload_bytes, report.payload_bytes);
+        Stats::add(&stats.torn_tails_truncated, report.torn_tails.len() as u64);
+        Stats::add(&stats.corrupt_records, report.corrupt_records.len() as u64);
+        Stats::add(&stats.quarantined_segments, report.quarantined.len() as u64);
+        let quarantined = report.quarantined.iter().map(|(id, _)| *id).collect();
+        let dram = DramTier::new(config.dram_bytes);
+        let read_marks = ReadMarks::new(config.ssd_bytes.is_some());
+        let superseded = Superseded::default();
+        for (key, segment) in &rec_superseded {
+            superseded.note(key, *segment);
+        }
+        let retired = writer
+            .manifest
+            .state
+            .snapshot
+            .namespaces
+            .iter()
+            .filter_map(|(ns, st)| st.retired_below.map(|w| (*ns, w)))
+            .collect();
+        let store = Self {
+            io,
+            layout,
+            config,
+            directory_id: header.directory_id,
+            _lock: lock,
+            index,
+            segments: RwLock::new(segments),
+            quarantined: RwLock::new(quarantined),
+            writer: Mutex::new(writer),
+            stats,
+            report,
+            dram,
+            pins: Pins::default(),
+            read_marks,
+            superseded,
+            retired: RwLock::new(retired),
+        };
+        {
+            let mut w = store.writer();
+            store.recount_used(&mut w);
+        }
+        Ok(store)
+    }
+}

@@ -1,0 +1,563 @@
+//! The write path: puts, their placement in a log, segment creation and sealing, syncs, and
+//! the failure policy.
+//!
+//! A put appends its bundle as one write to the active segment of its log.
+//! With [`Durability::EveryPut`] a record is indexed only once it is durable.
+//! With [`Durability::Group`] records are held back until a sync or seal makes them durable.
+//! A failed write or fsync loses the records since the last good sync and seals the segment off.
+//! No space refuses puts for [`NO_SPACE_RETRY`] and keeps reads served.
+//! This file is over 500 lines: the put path and its failure policy are reviewed together.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use orbitkv_index::{Insert, Record, Tier};
+use orbitkv_segments::{
+    Alignment, Compression, FRAME_HEADER_LEN, RecordMeta, SEGMENT_HEADER_LEN, SegmentHeader,
+};
+use orbitkv_state::StateKey;
+use orbitkv_wal::{ManifestRecord, SegmentCreated, SegmentSealed};
+
+use crate::active::{Active, Encoded, SegmentFile};
+use crate::error::{Error, Result, WriteRefusal, io_err};
+use crate::ghost::fingerprint;
+use crate::io::OpenMode;
+use crate::open::now_ms;
+use crate::reclaimer::{Log, Policy};
+use crate::stats::Stats;
+use crate::{Durability, MAX_BUNDLE_BYTES, NO_SPACE_RETRY, StateStore, Writer};
+
+/// A bundle encoded by [`StateStore::prepare`], waiting for [`StateStore::put_prepared`].
+pub struct Prepared {
+    enc: Encoded,
+    records: usize,
+}
+
+/// What a put did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PutReceipt {
+    /// Sequence of the bundle's first record.
+    pub first_sequence: u64,
+    /// Records written.
+    pub records: usize,
+    /// Whether they are durable now.
+    pub durable: bool,
+}
+
+impl StateStore {
+    /// A new segment (for `log`'s appends, or for compaction output): the manifest names it
+    /// durably before the file exists; blocks for a whole segment are reserved up front
+    /// (released past the end when it is sealed; a disk too full for that still takes appends
+    /// until it is truly full); its header is written and synced. A segment's id is its segment
+    /// sequence, so ids are never reused.
+    pub(crate) fn create_segment(&self, w: &mut Writer) -> Result<Active> {
+        let seq = w
+            .manifest
+            .state
+            .snapshot
+            .last_segment_sequence
+            .map_or(1, |s| s + 1);
+        let id = seq;
+        if u32::try_from(id).is_err() {
+            return Err(Error::WritesRefused(WriteRefusal::SegmentIdsExhausted));
+        }
+        let created = SegmentCreated {
+            segment_id: id,
+            segment_sequence: seq,
+            direct: self.config.alignment == Alignment::Direct,
+            compression: self.config.compression != Compression::None,
+        };
+        w.append_manifest(ManifestRecord::SegmentCreated(created))?;
+        let path = self.layout.segment(id);
+        let file = self
+            .io
+            .open(&path, OpenMode::CreateNew)
+            .map_err(io_err(&path, "create segment"))?;
+        let preallocated = file.preallocate(self.config.segment_bytes).is_ok();
+        let seg = Arc::new(SegmentFile::new(id, path, file));
+        let header = SegmentHeader {
+            segment_id: id,
+            sequence: seq,
+            created_unix_ms: now_ms(),
+            directory_id: self.directory_id,
+            alignment: self.config.alignment,
+            compression: created.compression,
+        };
+        let mut active = Active::create(header, seg, self.config.compression)?;
+        active.preallocated = preallocated;
+        active.sync()?;
+        self.io
+            .sync_dir(&self.layout.segments())
+            .map_err(io_err(&self.layout.segments(), "fsync directory"))?;
+        Ok(active)
+    }
+
+    /// Starts a new active segment of `log` ([`StateStore::create_segment`]).
+    fn start_segment(&self, w: &mut Writer, log: Log) -> Result<u64> {
+        let active = self.create_segment(w)?;
+        let (id, seg) = (active.seg.id, active.seg.clone());
+        self.segments
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, seg);
+        w.ssd_used += active.len;
+        if log == Log::Probation {
+            w.probation.insert(id);
+        }
+        w.active[log as usize] = Some(active);
+        Ok(id)
+    }
+
+    /// Seals the active segment of `log` (footer, trailer, sync, manifest record). A failure
+    /// while sealing applies the fsync policy to it; a failed checkpoint refuses further writes.
+    pub(crate) fn seal_active(&self, w: &mut Writer, log: Log) -> Result<()> {
+        let Some(active) = w.active[log as usize].as_mut() else {
+            return Ok(());
+        };
+        tracing::debug!(phase = "seal", step = "begin", segment = active.seg.id);
+        let before = active.len;
+        let (digest, data_end) = match active.seal() {
+            Ok(x) => x,
+            Err(e) => {
+                self.lose_unsynced(w, log);
+                return Err(e);
+            }
+        };
+        let id = active.seg.id;
+        let records = active.entries.len() as u64;
+        // Durable now: records held back until then become readable.
+        self.index_staged(active);
+        let after = match active.seg.file.size() {
+            Ok(n) => n,
+            Err(e) => {
+                Stats::add(&self.stats.failed_stats, 1);
+                tracing::warn!(
+                    path = %active.seg.path.display(),
+                    "cannot read a sealed segment's size ({e}); counting its largest footer"
+                );
+                before + active.seal_overhead()
+            }
+        };
+        w.ssd_used += after.saturating_sub(before);
+        w.active[log as usize] = None;
+        w.append_manifest(ManifestRecord::SegmentSealed(SegmentSealed {
+            segment_id: id,
+            footer_digest: digest,
+            records,
+            data_end,
+        }))?;
+        if w.manifest.wants_checkpoint(self.config.checkpoint_every) {
+            let seq = w.take_sequence();
+            if let Err(e) = w.manifest.checkpoint(self.io.as_ref(), seq) {
+                tracing::error!("manifest checkpoint failed, refusing writes: {e}");
+                w.refuse = Some(WriteRefusal::CheckpointFailed {
+                    detail: e.to_string(),
+                });
+                return Err(e);
+            }
+        }
+        tracing::debug!(phase = "seal", step = "end", segment = id);
+        Ok(())
+    }
+
+    /// A failed write or sync on `log`'s active segment: the records since its last good sync
+    /// are lost (the records they replaced in the index come back); the segment is sealed off,
+    /// truncated to its durable end as far as the device allows.
+    fn lose_unsynced(&self, w: &mut Writer, log: Log) {
+        let Some(mut active) = w.active[log as usize].take() else {
+            return;
+        };
+        for (key, seq, previous) in active.unsynced.iter().rev() {
+            if self.index.remove(key, Some(*seq)).is_some() {
+                self.dram.remove(key, *seq);
+                if let Some(p) = previous {
+                    let _ = self.index.insert(key, *p);
+                }
+            }
+        }
+        // Records held back until durable were never readable: their copies go.
+        for (key, rec) in active.staged.drain(..) {
+            self.dram.remove(&key, rec.sequence);
+        }
+        // Frames in the write-behind tail or in flight are lost with the rest (in-flight writes
+        // are waited for first, so none lands after the truncation below).
+        active.drop_pending();
+        let lost = active.entries.len() - active.unsynced_from;
+        Stats::add(&self.stats.lost_records, lost as u64);
+        // A put that synced itself reported its own loss; others learn of it from `sync`.
+        if self.config.durability != Durability::EveryPut {
+            w.lost_since_sync += lost as u64;
+        }
+        // Best effort: the segment takes no more appends either way, and the recount below
+        // counts whatever length it kept.
+        if let Err(e) = active
+            .seg
+            .file
+            .set_len(active.synced_len.max(SEGMENT_HEADER_LEN as u64))
+        {
+            tracing::warn!(
+                path = %active.seg.path.display(),
+                "cannot truncate a segment sealed off to its durable end ({e})"
+            );
+        }
+        self.recount_used(w);
+        tracing::error!(
+            segment = active.seg.id,
+            lost,
+            "a write or fsync failed: records since the last good sync are treated as lost; segment sealed off"
+        );
+    }
+
+    /// Bytes `records` take in a segment at most (frames with their alignment padding).
+    pub(crate) fn bundle_need(&self, records: &[(RecordMeta, &[u8])]) -> u64 {
+        records
+            .iter()
+            .map(|(_, p)| (p.len() + FRAME_HEADER_LEN + self.config.alignment.unit()) as u64)
+            .sum()
+    }
+
+    /// Makes sure `log` has an active segment with room for `need` more bytes (sealing a full
+    /// one, starting a new one); returns its id.
+    pub(crate) fn ensure_active(&self, w: &mut Writer, log: Log, need: u64) -> Result<u64> {
+        let full = w.active[log as usize].as_ref().is_some_and(|a| {
+            !a.entries.is_empty() && a.len + need + a.seal_overhead() > self.config.segment_bytes
+        });
+        if full {
+            self.seal_active(w, log)?;
+        }
+        match w.active[log as usize].as_ref() {
+            Some(a) => Ok(a.seg.id),
+            None => self.start_segment(w, log),
+        }
+    }
+
+    /// Which log a bundle goes to: with S3-FIFO, the main log when the ghost set remembers one
+    /// of its keys, else probation; with the one-log policies, the main log.
+    fn placement(&self, w: &mut Writer, records: &[(RecordMeta, &[u8])]) -> Log {
+        if self.config.ssd_bytes.is_none() || self.config.policy != Policy::S3Fifo {
+            return Log::Main;
+        }
+        let mut remembered = false;
+        for (meta, _) in records {
+            remembered |= w.ghost.take(fingerprint(&meta.key));
+        }
+        if remembered {
+            Log::Main
+        } else {
+            Log::Probation
+        }
+    }
+
+    /// Refuses the put when writes are refused, or while a recent no-space error holds.
+    fn check_writable(&self, w: &mut Writer) -> Result<()> {
+        if let Some(reason) = &w.refuse {
+            Stats::add(&self.stats.refused_puts, 1);
+            return Err(Error::WritesRefused(reason.clone()));
+        }
+        if let Some(at) = w.no_space_at {
+            let waited = at.elapsed();
+            if waited < NO_SPACE_RETRY {
+                Stats::add(&self.stats.refused_puts, 1);
+                return Err(Error::WritesRefused(WriteRefusal::NoSpace {
+                    retry_after: NO_SPACE_RETRY - waited,
+                }));
+            }
+            w.no_space_at = None;
+        }
+        Ok(())
+    }
+
+    /// Appends a bundle of records (one write) and indexes them; with [`Durability::EveryPut`]
+    /// they are durable, and only then indexed, when this returns. With an SSD budget, segments
+    /// are reclaimed first until the bundle fits.
+    pub fn put(&self, records: &[(RecordMeta, &[u8])]) -> Result<PutReceipt> {
+        if records.is_empty() {
+            let w = self.writer();
+            return Ok(PutReceipt {
+                first_sequence: w.next_sequence,
+                records: 0,
+                durable: true,
+            });
+        }
+        let mut prepared = self.prepare(records)?;
+        let receipt = self.put_encoded(records, &mut prepared.enc, true);
+        prepared.enc.recycle();
+        receipt
+    }
+
+    /// Encodes a bundle of records for [`StateStore::put_prepared`]: the payload copy and CRC,
+    /// done by the calling thread without the writer's lock, so that one thread encodes the
+    /// next bundle while another appends the last. Refuses the bundle as [`StateStore::put`]
+    /// would for its sizes.
+    pub fn prepare(&self, records: &[(RecordMeta, &[u8])]) -> Result<Prepared> {
+        let mut total = 0u64;
+        for (_, payload) in records {
+            if payload.len() > orbitkv_segments::MAX_PAYLOAD_LEN {
+                return Err(Error::BadBundle(format!(
+                    "a payload of {} bytes exceeds {}",
+                    payload.len(),
+                    orbitkv_segments::MAX_PAYLOAD_LEN
+                )));
+            }
+            total += payload.len() as u64;
+        }
+        if total > MAX_BUNDLE_BYTES {
+            return Err(Error::BadBundle(format!(
+                "a bundle of {total} bytes exceeds {MAX_BUNDLE_BYTES}"
+            )));
+        }
+        Ok(Prepared {
+            enc: Encoded::new(records, self.config.alignment, self.config.compression)?,
+            records: records.len(),
+        })
+    }
+
+    /// Appends a bundle [`StateStore::prepare`] encoded from exactly these `records`, as
+    /// [`StateStore::put`] does. The DRAM tier keeps each payload's buffer itself rather than a
+    /// copy: each `Vec` is left holding the memory of a copy the tier evicted (for the caller's
+    /// next copy), or nothing, or its own bytes where the tier keeps no copy.
+    pub fn put_prepared(
+        &self,
+        records: &mut [(&RecordMeta, &mut Vec<u8>)],
+        mut prepared: Prepared,
+    ) -> Result<PutReceipt> {
+        if records.is_empty() {
+            return self.put(&[]);
+        }
+        if prepared.records != records.len() {
+            return Err(Error::BadBundle(format!(
+                "{} records, prepared as {}",
+                records.len(),
+                prepared.records
+            )));
+        }
+        let receipt = {
+            let views: Vec<(RecordMeta, &[u8])> = records
+                .iter()
+                .map(|(m, b)| ((*m).clone(), b.as_slice()))
+                .collect();
+            let r = self.put_encoded(&views, &mut prepared.enc, false);
+            prepared.enc.recycle_shared();
+            r?
+        };
+        // After the writer's lock: a copy the tier holds is served only for the key and
+        // sequence the index or a pin names, so it may arrive after its record is indexed.
+        for (i, (meta, payload)) in records.iter_mut().enumerate() {
+            self.dram
+                .take(&meta.key, receipt.first_sequence + i as u64, payload);
+        }
+        Ok(receipt)
+    }
+
+    /// Appends `enc`, encoded from `records`; the DRAM tier copies each payload when `dram`.
+    fn put_encoded(
+        &self,
+        records: &[(RecordMeta, &[u8])],
+        enc: &mut Encoded,
+        dram: bool,
+    ) -> Result<PutReceipt> {
+        let mut w = self.writer();
+        self.check_writable(&mut w)?;
+        for (meta, _) in records {
+            if !w
+                .manifest
+                .state
+                .snapshot
+                .namespaces
+                .contains_key(&meta.key.namespace)
+            {
+                return Err(Error::UnknownNamespace(meta.key.namespace));
+            }
+            let probe = Record {
+                tier: Tier::Ssd,
+                segment: 0,
+                offset: 0,
+                stored_len: 0,
+                range: meta.range,
+                sequence: 0,
+                format: meta.format,
+            };
+            self.index
+                .prepare(&meta.key, &probe)
+                .map_err(|e| Error::BadBundle(e.to_string()))?;
+        }
+        let log = self.placement(&mut w, records);
+        // An active segment a reader found unreadable is sealed off.
+        for l in [Log::Probation, Log::Main] {
+            if w.active[l as usize]
+                .as_ref()
+                .is_some_and(|a| self.is_quarantined(a.seg.id))
+            {
+                self.lose_unsynced(&mut w, l);
+            }
+        }
+        let need = self.bundle_need(records);
+        // Room for the bundle, and for a segment header and footer should it start one.
+        let room = need + (SEGMENT_HEADER_LEN as u64) * 2 + self.config.alignment.unit() as u64;
+        if let Err(e) = self.make_room(&mut w, room) {
+            if matches!(e, Error::CapacityExhausted { .. }) {
+                Stats::add(&self.stats.refused_puts, 1);
+                return Err(e);
+            }
+            return Err(self.refuse_on(&mut w, e, log));
+        }
+        if let Err(e) = self.ensure_active(&mut w, log, need) {
+            return Err(self.refuse_on(&mut w, e, log));
+        }
+        let first = w.next_sequence;
+        let Some(active) = w.active[log as usize].as_mut() else {
+            return Err(Error::WritesRefused(WriteRefusal::SealedOff));
+        };
+        let before = active.len;
+        let coalesce = self.config.durability != Durability::EveryPut;
+        let appended = match active.append_encoded(enc, first, coalesce) {
+            Ok(Some(e)) => Ok(e),
+            // Encoded for other settings than this segment's: encode again here.
+            Ok(None) => active.append(records, first),
+            Err(e) => Err(e),
+        };
+        let entries = match appended {
+            Ok(e) => e,
+            Err(e) => return Err(self.refuse_on(&mut w, e, log)),
+        };
+        let written = active.len - before;
+        w.ssd_used += written;
+        w.next_sequence += records.len() as u64;
+        let durable = self.config.durability == Durability::EveryPut;
+        if durable {
+            self.sync_log(&mut w, log)?;
+        }
+        let Some(active) = w.active[log as usize].as_mut() else {
+            return Err(Error::WritesRefused(WriteRefusal::SealedOff));
+        };
+        let seg = u32::try_from(active.seg.id).unwrap_or_default();
+        let held_back = self.config.durability == Durability::Group;
+        for (e, (meta, payload)) in entries.iter().zip(records) {
+            let rec = Record {
+                tier: Tier::Ssd,
+                segment: seg,
+                offset: e.offset,
+                stored_len: e.stored_len,
+                range: meta.range,
+                sequence: e.record_sequence,
+                format: meta.format,
+            };
+            if held_back {
+                // Readable once durable (`sync`, or the segment's seal).
+                active.staged.push((meta.key, rec));
+            } else {
+                let previous = self.index_record(&meta.key, rec)?;
+                if !durable {
+                    active
+                        .unsynced
+                        .push((meta.key, e.record_sequence, previous));
+                }
+            }
+            // The copy is reachable only through the index or a pin, at this sequence.
+            if dram {
+                self.dram.insert(&meta.key, e.record_sequence, payload);
+            }
+            Stats::add(&self.stats.put_bytes, payload.len() as u64);
+        }
+        Stats::add(&self.stats.puts, 1);
+        Stats::add(&self.stats.put_records, records.len() as u64);
+        Ok(PutReceipt {
+            first_sequence: first,
+            records: records.len(),
+            durable,
+        })
+    }
+
+    /// The failure policy for a write or segment-lifecycle error on `log`: no space refuses puts
+    /// for [`NO_SPACE_RETRY`]; anything else seals `log`'s active segment off (the next put
+    /// starts a new one).
+    pub(crate) fn refuse_on(&self, w: &mut Writer, e: Error, log: Log) -> Error {
+        Stats::add(&self.stats.refused_puts, 1);
+        let no_space = matches!(&e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull);
+        if no_space {
+            tracing::error!("no space left: refusing puts, still serving reads ({e})");
+            w.no_space_at = Some(Instant::now());
+        } else {
+            tracing::error!("write failed: sealing the active segment off ({e})");
+            self.lose_unsynced(w, log);
+        }
+        e
+    }
+
+    /// Indexes `rec` of `key` (newer wins); returns the record it replaced, noting where a
+    /// superseded one still lies.
+    fn index_record(&self, key: &StateKey, rec: Record) -> Result<Option<Record>> {
+        let previous = match self.index.insert(key, rec)? {
+            Insert::Replaced { previous } => Some(previous),
+            Insert::Inserted | Insert::Kept { .. } => None,
+        };
+        if let Some(p) = previous
+            && p.tier == Tier::Ssd
+            && p.segment != rec.segment
+        {
+            self.superseded.note(key, u64::from(p.segment));
+        }
+        Ok(previous)
+    }
+
+    /// Indexes the records `active` held back until durable (it has just been synced), but for
+    /// those a retirement since their put covers.
+    fn index_staged(&self, active: &mut Active) {
+        for (key, rec) in active.staged.drain(..) {
+            if self.is_retired(&key.namespace, rec.sequence) {
+                self.dram.remove(&key, rec.sequence);
+                continue;
+            }
+            if let Err(e) = self.index_record(&key, rec) {
+                // Checked by `Index::prepare` before the put: not expected; a miss, not an error.
+                tracing::error!("a durable record could not be indexed: {e}");
+                self.dram.remove(&key, rec.sequence);
+            }
+        }
+    }
+
+    /// Makes the records held back until durable readable (syncing the logs that hold some)
+    /// before anything copies records forward under new sequences (compaction, reclaim): a copy
+    /// of a key's older record must never overtake a newer one waiting for its sync. A failed
+    /// sync loses them, as any failed sync does (the next [`StateStore::sync`] reports it).
+    pub(crate) fn publish_held_back(&self, w: &mut Writer) {
+        for log in [Log::Probation, Log::Main] {
+            if w.active[log as usize]
+                .as_ref()
+                .is_some_and(|a| !a.staged.is_empty())
+            {
+                let _ = self.sync_log(w, log);
+            }
+        }
+    }
+
+    /// Syncs `log`'s active segment, applying the fsync policy on failure; the records it held
+    /// back until durable become readable.
+    pub(crate) fn sync_log(&self, w: &mut Writer, log: Log) -> Result<()> {
+        let Some(active) = w.active[log as usize].as_mut() else {
+            return Ok(());
+        };
+        if let Err(e) = active.sync() {
+            self.lose_unsynced(w, log);
+            return Err(e);
+        }
+        self.index_staged(active);
+        Ok(())
+    }
+
+    /// Makes every accepted put durable (with [`Durability::Manual`] or [`Durability::Group`]).
+    /// Refused with [`Error::Lost`] when records accepted since the last sync were lost to a
+    /// failed write or fsync meanwhile (they must be put again).
+    pub fn sync(&self) -> Result<()> {
+        let mut w = self.writer();
+        let a = self.sync_log(&mut w, Log::Probation);
+        let b = self.sync_log(&mut w, Log::Main);
+        // A failed sync reports the loss itself.
+        let lost = std::mem::take(&mut w.lost_since_sync);
+        a.and(b)?;
+        match lost {
+            0 => Ok(()),
+            records => Err(Error::Lost { records }),
+        }
+    }
+}
