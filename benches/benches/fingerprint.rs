@@ -4,6 +4,7 @@
 //! The directory is hashed once untimed first, so both sides read from memory (page cache versus
 //! heap): the ratio is the fingerprinter's own overhead (reads, chunk tree, scheduling).
 
+use orbitkv_testkit::Xorshift;
 use std::hint::black_box;
 use std::path::Path;
 use std::time::Instant;
@@ -18,16 +19,10 @@ const GIB: usize = 1 << 30;
 /// Writes a model-like directory: a few large shards and small metadata files, `total` bytes.
 fn generate(dir: &Path, total: usize) -> std::io::Result<()> {
     let shards = [total / 2, total / 4, total / 8, total / 8 - 64 * 1024];
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut stream = Xorshift::new(0x9e37_79b9_7f4a_7c15u64);
     for (i, size) in shards.iter().enumerate() {
         let mut data = vec![0u8; *size];
-        for chunk in data.chunks_mut(8) {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let b = seed.to_le_bytes();
-            chunk.copy_from_slice(&b[..chunk.len()]);
-        }
+        stream.fill(&mut data);
         std::fs::write(
             dir.join(format!("model-{i:05}-of-00004.safetensors")),
             &data,

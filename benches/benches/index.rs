@@ -3,6 +3,7 @@
 //! million resident keys (target: lookups >= 1.0x the faster peer). Also bytes of DRAM per entry
 //! at ten million entries (target <= 100), sized from a capacity hint and grown from empty.
 
+use orbitkv_testkit::Xorshift;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
@@ -92,13 +93,10 @@ fn run<M: Map>(
         .map(|t| {
             let (map, keys) = (map.clone(), keys.clone());
             std::thread::spawn(move || {
-                let mut x = 0x2545_f491_4f6c_dd1du64 ^ (t + 1);
+                let mut x = Xorshift::new(0x2545_f491_4f6c_dd1du64 ^ (t + 1));
                 let mut hits = 0u64;
                 for n in 0..iters / THREADS {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let i = x % keys.len() as u64;
+                    let i = x.below(keys.len() as u64);
                     let k = &keys[i as usize];
                     if write_every > 0 && n % write_every == 0 {
                         if let Some(r) = rec(i, n + 2) {

@@ -6,6 +6,7 @@
 //! - opening a sealed 256 MiB segment from its footer alone against a full strict scan (reported);
 //! - zstd on bf16 KV-like data: compression ratio and speed at levels 1 and 3 (decides the default).
 
+use orbitkv_testkit::Xorshift;
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -52,13 +53,8 @@ fn meta(i: u64) -> Option<RecordMeta> {
 
 /// bf16 values of a unit normal distribution (KV activations are roughly normal), deterministic.
 fn bf16_kv(len: usize) -> Vec<u8> {
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let mut uniform = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    };
+    let mut x = Xorshift::new(0x2545_f491_4f6c_dd1du64);
+    let mut uniform = move || ((x.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
     let mut out = Vec::with_capacity(len);
     while out.len() < len {
         let (u1, u2) = (uniform(), uniform());

@@ -24,6 +24,7 @@
     reason = "a benchmark harness: a failed setup step ends the run"
 )]
 
+use orbitkv_testkit::Xorshift;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -101,14 +102,8 @@ impl Sources {
         let bufs = (0..count)
             .map(|s| {
                 let (mut b, pad) = aligned_buffer(size);
-                let mut x = (s as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d);
-                for c in b[pad..].chunks_mut(8) {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let n = c.len();
-                    c.copy_from_slice(&x.to_le_bytes()[..n]);
-                }
+                Xorshift::new((s as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d))
+                    .fill(&mut b[pad..]);
                 (b, pad)
             })
             .collect();
@@ -122,12 +117,9 @@ impl Sources {
 
 fn order(n: u64, seed: u64) -> Vec<u64> {
     let mut v: Vec<u64> = (0..n).collect();
-    let mut x = seed | 1;
+    let mut x = Xorshift::new(seed);
     for i in (1..v.len()).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.swap(i, (x % (i as u64 + 1)) as usize);
+        v.swap(i, x.below(i as u64 + 1) as usize);
     }
     v
 }

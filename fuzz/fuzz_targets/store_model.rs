@@ -82,15 +82,7 @@ fn key(ns: usize, k: u8) -> Option<StateKey> {
 }
 
 fn payload(version: u64, len: usize) -> Vec<u8> {
-    let mut x = version.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    orbitkv_testkit::payload(orbitkv_testkit::seed_of(0, version), len)
 }
 
 fn config(mode: Mode) -> StoreConfig {

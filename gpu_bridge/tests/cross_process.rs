@@ -38,15 +38,10 @@ fn spec() -> PoolSpec {
 
 /// Bytes of layer `layer` of `group` in a page filled with `seed`.
 fn layer_pattern(seed: u64, group: u32, layer: u32) -> Vec<u8> {
-    let mut x = (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(group * 64 + layer)) | 1;
-    (0..LAYER_BYTES)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    orbitkv_testkit::payload(
+        orbitkv_testkit::seed_of(seed, u64::from(group * 64 + layer)),
+        LAYER_BYTES as usize,
+    )
 }
 
 /// A record of `group` (its layers packed) for `seed`, layers `from..to`.

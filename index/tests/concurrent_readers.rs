@@ -7,6 +7,7 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
+use orbitkv_testkit::Xorshift;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -65,12 +66,10 @@ fn readers_never_see_torn_or_foreign_entries() {
     for w in 0..2u64 {
         let (index, seq, stop) = (index.clone(), seq.clone(), stop.clone());
         handles.push(std::thread::spawn(move || {
-            let mut x = 0x1234_5678u64 ^ w;
+            let mut rng = Xorshift::new(0x1234_5678u64 ^ w);
             let mut ops = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                let x = rng.next_u64();
                 // Each writer owns half the keys, so one key's operations are ordered in one
                 // thread: its sequence only moves forward, even across a removal.
                 let i = (x % (KEYS / 2)) * 2 + w;
@@ -90,13 +89,10 @@ fn readers_never_see_torn_or_foreign_entries() {
         let (index, stop) = (index.clone(), stop.clone());
         readers.push(std::thread::spawn(move || {
             let mut last = vec![0u64; KEYS as usize];
-            let mut x = 0x9876_5432u64 ^ r;
+            let mut rng = Xorshift::new(0x9876_5432u64 ^ r);
             let mut seen = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let i = x % KEYS;
+                let i = rng.below(KEYS);
                 if let Some(rec) = index.get(&key(i)) {
                     assert!(
                         consistent(i, &rec),

@@ -5,6 +5,7 @@
 
 mod common;
 
+use orbitkv_testkit::Xorshift;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,20 +21,6 @@ const SEGMENT_BYTES: u64 = 40 << 10;
 
 fn len_of(i: u64) -> usize {
     1500 + (i as usize * 331) % 2500
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
 }
 
 /// Where each record's checksummed bytes lie: segment id → (record, frame start, frame end).
@@ -137,7 +124,7 @@ fn check_report(io: &FaultIo) -> fsck::FsckReport {
 /// clean store serving the same.
 fn damage_and_verify(seed: u64, zero_sector: bool) {
     let (io, layout, sealed) = build(seed);
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Xorshift::new(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let ids: Vec<u64> = layout.keys().copied().collect();
     // Alternate sealed and active segments.
     let active: Vec<u64> = ids
@@ -292,7 +279,7 @@ fn seeded_bit_flips_in_the_manifest_never_serve_wrong_bytes() {
         let mut bytes = io
             .read_file(&manifest)
             .unwrap_or_else(|| panic!("no manifest"));
-        let mut rng = Rng(seed | 1);
+        let mut rng = Xorshift::new(seed);
         let p = rng.below(bytes.len() as u64) as usize;
         bytes[p] ^= 1 << rng.below(8);
         assert!(io.write_file(&manifest, &bytes));

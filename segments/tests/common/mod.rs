@@ -51,15 +51,7 @@ pub fn meta(ns: u8, i: u64) -> RecordMeta {
 
 /// Deterministic payload bytes.
 pub fn payload(i: u64, len: usize) -> Vec<u8> {
-    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    orbitkv_testkit::payload(orbitkv_testkit::seed_of(0, i), len)
 }
 
 /// A segment with `n` records of `len` bytes (record sequences 100, 101, …).

@@ -11,6 +11,7 @@
 //! created.
 //! Its unit tests take the last 120 lines.
 
+use orbitkv_testkit::Xorshift;
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io;
@@ -162,18 +163,6 @@ fn not_found(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::NotFound, what.to_owned())
 }
 
-/// A small deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 impl FaultIo {
     /// An empty file system.
     pub fn new() -> Self {
@@ -201,9 +190,9 @@ impl FaultIo {
     /// and the fault plan is cleared. Deterministic for a given history and seed.
     pub fn crash(&self, mode: Crash) {
         let mut s = self.lock();
-        let mut rng = Rng(match mode {
+        let mut rng = Xorshift::new(match mode {
             Crash::DropUnsynced => 1,
-            Crash::TornPrefix(x) | Crash::TornPages(x) => x | 1,
+            Crash::TornPrefix(x) | Crash::TornPages(x) => x,
         });
         for c in s.contents.values_mut() {
             let old_len = c.durable.len();
@@ -213,14 +202,14 @@ impl FaultIo {
                 match mode {
                     Crash::DropUnsynced => {}
                     Crash::TornPrefix(_) => {
-                        let keep = (rng.next() % (growth.len() as u64 + 1)) as usize;
+                        let keep = (rng.next_u64() % (growth.len() as u64 + 1)) as usize;
                         kept.extend_from_slice(&growth[..keep]);
                     }
                     Crash::TornPages(_) => {
                         let mut tail = vec![0u8; growth.len()];
                         let mut end = 0;
                         for (i, page) in growth.chunks(4096).enumerate() {
-                            if rng.next().is_multiple_of(2) {
+                            if rng.next_u64().is_multiple_of(2) {
                                 tail[i * 4096..i * 4096 + page.len()].copy_from_slice(page);
                                 end = i * 4096 + page.len();
                             }

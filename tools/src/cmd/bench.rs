@@ -9,21 +9,16 @@ use std::time::Instant;
 
 use clap::{Args, Subcommand, ValueEnum};
 use orbitkv_segments::{Alignment, RecordMeta};
-use orbitkv_state::{
-    CacheGroupId, Component, FormatDigest, HashDomain, Namespace, ParallelShape, RankSpec,
-    StateKey, TokenRange,
-};
+use orbitkv_state::{FormatDigest, Namespace, StateKey, TokenRange};
 use orbitkv_store::{Durability, StateStore, StoreConfig};
 use orbitkv_wal::NamespaceInfo;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use super::bench_records::{EXIT_MISMATCH, bench_namespace_info, bench_state_key};
 use crate::Failure;
 use crate::output::Output;
 use crate::size::parse_size;
-
-/// `bench verify` exits with this when any bundle came back with different bytes.
-pub const EXIT_MISMATCH: u8 = 1;
 
 /// Bundles per durable batch.
 const BATCH: u64 = 8;
@@ -111,19 +106,6 @@ fn bench_key(seed: u64, namespaces: u64, i: u64) -> Result<StateKey, Failure> {
     bench_state_key(bench_namespace(seed, i % namespaces.max(1)), &native)
 }
 
-/// The key of a self-test block: one dense-KV page of group 0, rank 0, named by `native`.
-pub(crate) fn bench_state_key(namespace: Namespace, native: &[u8]) -> Result<StateKey, Failure> {
-    StateKey::new(
-        namespace,
-        HashDomain::SglangSha256,
-        native,
-        CacheGroupId(0),
-        Component::DenseKv,
-        RankSpec::Rank(0),
-    )
-    .map_err(|e| Failure::internal(e.to_string()))
-}
-
 /// Bundle `i`'s bytes: a function of (seed, index, length), so a truncated record never matches.
 pub fn bench_payload(seed: u64, i: u64, len: usize) -> Vec<u8> {
     let d = digest(&[
@@ -132,24 +114,10 @@ pub fn bench_payload(seed: u64, i: u64, len: usize) -> Vec<u8> {
         &i.to_le_bytes(),
         &(len as u64).to_le_bytes(),
     ]);
-    xorshift_bytes(
+    orbitkv_testkit::payload(
         u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]]),
         len,
     )
-}
-
-/// `len` bytes of xorshift64 output from `seed` (made odd, so never the all-zero state).
-pub fn xorshift_bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
 }
 
 /// Opens the store on the default backend: O_DIRECT (with 4 KiB-aligned segments) where the
@@ -166,20 +134,6 @@ fn open(data_dir: &Path, durability: Durability) -> Result<StateStore, Failure> 
 
 fn info(seed: u64) -> NamespaceInfo {
     bench_namespace_info("orbitkv-bench", format!("seed-{seed}"))
-}
-
-/// The namespace description the self-test commands register (no model behind it).
-pub(crate) fn bench_namespace_info(model: &str, revision: String) -> NamespaceInfo {
-    NamespaceInfo {
-        identity: [0; 32],
-        layout_digest: [0; 32],
-        model: model.to_owned(),
-        revision,
-        engine: "bench".to_owned(),
-        engine_release: env!("CARGO_PKG_VERSION").to_owned(),
-        dtype: "bytes".to_owned(),
-        parallel: ParallelShape::SINGLE,
-    }
 }
 
 /// Runs a bench command.

@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod bench;
+pub mod bench_records;
 pub mod crashtest;
 pub mod engine_sim;
 pub mod hash;

@@ -117,12 +117,12 @@ fn block_key(id: u64) -> Result<StateKey, Failure> {
     h.update(b"orbitkv-replay-block");
     h.update(id.to_le_bytes());
     let native: [u8; 32] = h.finalize().into();
-    super::bench::bench_state_key(namespace(), &native)
+    super::bench_records::bench_state_key(namespace(), &native)
 }
 
 /// Block `id`'s bytes: a function of the id and the length.
 fn block_payload(id: u64, len: usize) -> Vec<u8> {
-    super::bench::xorshift_bytes(id.wrapping_mul(0x9E37_79B9_7F4A_7C15), len)
+    orbitkv_testkit::payload(id.wrapping_mul(0x9E37_79B9_7F4A_7C15), len)
 }
 
 fn parse_policy(name: &str) -> Result<Option<Policy>, Failure> {
@@ -176,7 +176,7 @@ fn replay_store(
     store
         .register_namespace(
             namespace(),
-            super::bench::bench_namespace_info("orbitkv-replay", format!("block-{block}")),
+            super::bench_records::bench_namespace_info("orbitkv-replay", format!("block-{block}")),
         )
         .map_err(refused)?;
     let format = FormatDigest([0x5e; 32]);
@@ -445,7 +445,7 @@ pub fn run(a: &ReplayArgs, out: &Output) -> Result<(), Failure> {
     }
     if mismatched > 0 {
         return Err(Failure::with_code(
-            crate::cmd::bench::EXIT_MISMATCH,
+            crate::cmd::bench_records::EXIT_MISMATCH,
             format!("{mismatched} blocks came back with different bytes"),
         ));
     }
