@@ -145,17 +145,20 @@ impl DramTier {
         });
     }
 
-    /// Keeps `bytes` itself, without copying it, as the record of `key` at `sequence`; `bytes`
-    /// is left holding the memory of an evicted copy of the same length, for the caller's next
-    /// copy, or nothing. A buffer much larger than its bytes is copied instead (the tier counts
-    /// bytes, not capacity); one the tier does not keep stays with the caller.
+    /// Keeps the record of `key` at `sequence`, as [`DramTier::insert`] does, trading buffers
+    /// where it can: when the tier has the memory of an evicted copy of the same length, it keeps
+    /// `bytes` itself, without copying it, and leaves `bytes` holding that memory, for the
+    /// caller's next copy. Otherwise (the tier is still filling) it copies, and the caller keeps
+    /// its buffer: its next copy then needs no fresh memory either. A buffer much larger than
+    /// its bytes is always copied (the tier counts bytes, not capacity).
     pub(crate) fn take(&self, key: &StateKey, sequence: u64, bytes: &mut Vec<u8>) {
         if bytes.capacity() > bytes.len() + bytes.len() / 8 {
             self.insert(key, sequence, bytes);
             return;
         }
-        self.keep(key, sequence, bytes.len(), |free| {
-            std::mem::replace(bytes, free.unwrap_or_default())
+        self.keep(key, sequence, bytes.len(), |free| match free {
+            Some(free) => std::mem::replace(bytes, free),
+            None => bytes.clone(),
         });
     }
 
@@ -361,37 +364,33 @@ mod tests {
     }
 
     #[test]
-    fn take_keeps_the_buffer_itself_and_hands_back_evicted_memory() {
+    fn take_trades_buffers_once_full_and_copies_while_filling() {
         let len = 64 << 10;
         let t = DramTier::new(64 * len as u64);
         let mut out = Vec::new();
-        let mut handed_back = 0;
+        let (mut copied, mut traded) = (0, 0);
         for i in 0..256u64 {
             let mut bytes = vec![i as u8; len];
             let at = bytes.as_ptr() as usize;
             t.take(&key(i), i + 1, &mut bytes);
-            assert_eq!(
-                t.with(&key(i), i + 1, |b| b.as_ptr() as usize),
-                Some(at),
-                "kept without a copy ({i})"
-            );
             assert!(t.get(&key(i), i + 1, &mut out));
             assert_eq!(out, vec![i as u8; len], "copy {i}");
-            if !bytes.is_empty() {
-                assert_eq!(
-                    bytes.len(),
-                    len,
-                    "only memory of the same length comes back"
-                );
-                handed_back += 1;
+            // The caller always keeps a buffer of the same length for its next copy.
+            assert_eq!(bytes.len(), len);
+            let held = t.with(&key(i), i + 1, |b| b.as_ptr() as usize);
+            if held == Some(at) {
+                assert_ne!(bytes.as_ptr() as usize, at, "traded for other memory");
+                traded += 1;
+            } else {
+                assert_eq!(bytes, vec![i as u8; len], "copied: the buffer is untouched");
+                copied += 1;
             }
             assert!(t.used_bytes() <= 64 * len as u64);
         }
-        // Once the tier is full, each insert evicts a copy whose memory comes back.
-        assert!(
-            handed_back > 150,
-            "{handed_back} evicted buffers handed back"
-        );
+        // The first 64 fill the tier (copies); then each insert evicts a copy whose memory is
+        // traded for the caller's buffer.
+        assert!(copied >= 64, "{copied} copied");
+        assert!(traded > 150, "{traded} traded");
         // Not kept (an older sequence than the one held): the buffer stays with the caller.
         let mut old = vec![9u8; len];
         t.take(&key(255), 1, &mut old);

@@ -313,9 +313,9 @@ impl StateStore {
     }
 
     /// Appends a bundle [`StateStore::prepare`] encoded from exactly these `records`, as
-    /// [`StateStore::put`] does. The DRAM tier keeps each payload's buffer itself rather than a
-    /// copy: each `Vec` is left holding the memory of a copy the tier evicted (for the caller's
-    /// next copy), or nothing, or its own bytes where the tier keeps no copy.
+    /// [`StateStore::put`] does. Once the DRAM tier is full, it keeps each payload's buffer
+    /// itself rather than a copy, and the `Vec` is left holding the memory of a copy it evicted,
+    /// of the same length. Either way each `Vec` holds a buffer for the caller's next copy.
     pub fn put_prepared(
         &self,
         records: &mut [(&RecordMeta, &mut Vec<u8>)],
