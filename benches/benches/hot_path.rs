@@ -6,6 +6,9 @@
 //!   same request and reply frames over the same kind of socket (an echo thread that reads the
 //!   frame and writes a reply of the daemon's reply size; the client encodes and decodes both
 //!   the same way);
+//! - `pipelined`: 64 such Queries sent at once on one connection, the replies matched by
+//!   request id, vs the same 64 one at a time, vs one round trip, vs 64 times the daemon's own
+//!   service time (p50 of 10 bursts a round);
 //! - `load`: a Load of 64 pages of 256 KiB (16 MiB, the records pinned under a lease, verified on
 //!   the way out of the store, fenced into a host pool) vs `memcpy` of the same bytes;
 //! - `publish`: a Publish of 64 such pages until PublishCopied (the engine may reuse its pages)
@@ -333,6 +336,42 @@ fn main() {
     drop(echo_client);
     // The daemon's own service time per query (decode to reply written), from its histogram.
     let service = daemon_mean(&(d.metrics)(), "query");
+
+    // 64 Queries on one connection: pipelined (all sent, then the replies matched by request
+    // id) vs one at a time, vs one round trip; rounds interleaved.
+    const BURST: usize = 64;
+    let (mut one, mut piped, mut sequential) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds * 10 {
+        let t = Instant::now();
+        std::hint::black_box(s.scheduler.request(&q).unwrap());
+        one.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let ids: Vec<u64> = (0..BURST).map(|_| s.scheduler.send(&q).unwrap()).collect();
+        for id in ids {
+            assert!(matches!(s.scheduler.reply(id).unwrap(), Message::Proof(_)));
+        }
+        piped.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        for _ in 0..BURST {
+            std::hint::black_box(s.scheduler.request(&q).unwrap());
+        }
+        sequential.push(t.elapsed().as_secs_f64());
+    }
+    let (o, p, sq) = (
+        percentile(&mut one, 50.0),
+        percentile(&mut piped, 50.0),
+        percentile(&mut sequential, 50.0),
+    );
+    println!(
+        "{BURST} queries on one connection, p50: pipelined {:.1} us, one at a time {:.1} us (pipelined / one at a time = {:.2}); one round trip {:.1} us (pipelined / one round trip = {:.2}); {BURST} x the daemon's mean service time {:.1} us (pipelined / that = {:.2})",
+        p * 1e6,
+        sq * 1e6,
+        p / sq,
+        o * 1e6,
+        p / o,
+        BURST as f64 * service * 1e6,
+        p / (BURST as f64 * service)
+    );
     let _ = echo_thread.join();
     let frame = q.encode_frame(1).unwrap().len();
     let reply_frame = reply.encode_frame(1).unwrap().len();
