@@ -34,14 +34,12 @@ use std::time::Instant;
 use orbitkv_benches::{env_u64, median_of as median};
 use orbitkv_segments::{Alignment, FRAME_HEADER_LEN, RecordMeta};
 use orbitkv_state::{
-    CacheGroupId, Component, FormatDigest, HashDomain, Namespace, ParallelShape, RankSpec,
-    StateKey, TokenRange,
+    CacheGroupId, Component, FormatDigest, HashDomain, Namespace, RankSpec, StateKey, TokenRange,
 };
 use orbitkv_store::io::Io;
 use orbitkv_store::io::aligned::{DIRECT_ALIGN, aligned_buffer};
 use orbitkv_store::io::uring::UringIo;
 use orbitkv_store::{Durability, StateStore, StoreConfig};
-use orbitkv_wal::NamespaceInfo;
 
 const NS: Namespace = Namespace([0x77; 32]);
 const SYNC_EVERY: u64 = 64 << 20;
@@ -49,19 +47,6 @@ const SOURCES: usize = 8;
 
 fn gbps(bytes: u64, secs: f64) -> f64 {
     bytes as f64 / secs / 1e9
-}
-
-fn info() -> NamespaceInfo {
-    NamespaceInfo {
-        identity: [1; 32],
-        layout_digest: [2; 32],
-        model: "bench/store".into(),
-        revision: "0123456789abcdef0123456789abcdef01234567".into(),
-        engine: "bench".into(),
-        engine_release: "0".into(),
-        dtype: "bfloat16".into(),
-        parallel: ParallelShape::SINGLE,
-    }
 }
 
 fn key(i: u64) -> StateKey {
@@ -175,7 +160,7 @@ fn store_config(dir: &Path, dram: u64) -> StoreConfig {
 fn open_store(dir: &Path, dram: u64) -> StateStore {
     let io: Arc<dyn Io> = Arc::new(UringIo::probe(dir).expect("O_DIRECT on the bench directory"));
     let s = StateStore::open(io, store_config(dir, dram)).unwrap();
-    let _ = s.register_namespace(NS, info());
+    let _ = s.register_namespace(NS, orbitkv_testkit::fixtures::info());
     s
 }
 

@@ -20,12 +20,10 @@ use orbitkv_protocol::PageStatus;
 use orbitkv_protocol::message::LoadPage;
 use orbitkv_segments::{FRAME_HEADER_LEN, RecordMeta};
 use orbitkv_state::{
-    CacheGroupId, Component, FormatDigest, HashDomain, Namespace, ParallelShape, RankSpec,
-    StateKey, TokenRange,
+    CacheGroupId, Component, FormatDigest, HashDomain, Namespace, RankSpec, StateKey, TokenRange,
 };
 use orbitkv_store::io::fault::FaultIo;
 use orbitkv_store::{Durability, StateStore, StoreConfig};
-use orbitkv_wal::NamespaceInfo;
 
 const LAYERS: u32 = 4;
 const LAYER_BYTES: u64 = 64 << 10;
@@ -177,19 +175,7 @@ fn staged_pages_come_straight_from_the_store_and_failures_touch_nothing() {
     config.durability = Durability::EveryPut;
     let store = StateStore::open(Arc::new(io.clone()), config).unwrap();
     store
-        .register_namespace(
-            NS,
-            NamespaceInfo {
-                identity: [1; 32],
-                layout_digest: [2; 32],
-                model: "org/tiny".into(),
-                revision: "0123456789abcdef0123456789abcdef01234567".into(),
-                engine: "vllm".into(),
-                engine_release: "0.33.0".into(),
-                dtype: "bfloat16".into(),
-                parallel: ParallelShape::SINGLE,
-            },
-        )
+        .register_namespace(NS, orbitkv_testkit::fixtures::info())
         .unwrap();
     for i in 0..6u64 {
         let p = record(i);
