@@ -38,8 +38,9 @@ pub(crate) struct Opened {
 }
 
 impl Manifest {
-    /// Opens (or creates) and replays the manifest. A torn tail is truncated; corruption or an
-    /// invalid record refuses the open.
+    /// Opens (or creates) and replays the manifest. A torn tail is truncated (left in place when
+    /// `read_only`: the replay stops before it); corruption or an invalid record refuses the
+    /// open.
     pub(crate) fn open(io: &dyn Io, layout: &Layout, read_only: bool) -> Result<Opened> {
         let path = layout.manifest();
         if !io.exists(&path) && read_only {
@@ -56,9 +57,12 @@ impl Manifest {
             io.sync_dir(&layout.root)
                 .map_err(io_err(&layout.root, "fsync directory"))?;
         }
-        let file = io
-            .open(&path, OpenMode::ReadWrite)
-            .map_err(io_err(&path, "open"))?;
+        let mode = if read_only {
+            OpenMode::Read
+        } else {
+            OpenMode::ReadWrite
+        };
+        let file = io.open(&path, mode).map_err(io_err(&path, "open"))?;
         let bytes = match read_whole(file.as_ref(), MAX_MANIFEST_BYTES) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
@@ -73,6 +77,13 @@ impl Manifest {
         let r = replay(&bytes);
         let truncated = match &r.stop {
             ReplayStop::CleanEnd => false,
+            ReplayStop::TornTail { error } if read_only => {
+                tracing::warn!(
+                    valid = r.valid_len,
+                    "manifest: a torn tail, left in place (read-only) ({error})"
+                );
+                true
+            }
             ReplayStop::TornTail { error } => {
                 tracing::warn!(
                     valid = r.valid_len,

@@ -62,8 +62,10 @@ impl StateStore {
                 .min(budget / SEGMENTS_PER_BUDGET)
                 .max(8 << 10);
         }
-        io.create_dir_all(&layout.segments())
-            .map_err(io_err(&layout.segments(), "create directory"))?;
+        if !config.read_only {
+            io.create_dir_all(&layout.segments())
+                .map_err(io_err(&layout.segments(), "create directory"))?;
+        }
         let lock = io.lock_exclusive(&layout.lock()).map_err(|e| {
             if e.kind() == std::io::ErrorKind::WouldBlock {
                 Error::Locked {

@@ -105,7 +105,8 @@ pub struct RecoveryReport {
     pub quarantined: Vec<(u64, String)>,
     /// Segment files the manifest does not list (left in place for fsck).
     pub orphans: Vec<String>,
-    /// Whether the manifest's torn tail was truncated.
+    /// Whether the manifest ended in a torn tail (truncated, unless the store was opened
+    /// read-only).
     pub manifest_truncated: bool,
     /// Bytes read to open the store (manifest, trailers, footers, active segment).
     pub bytes_read: u64,
