@@ -1,7 +1,7 @@
 //! OrbitKV's manifest log, version 1: the durable metadata of a store — namespaces registered and
 //! retired (with sequence watermarks), segment lifecycle, compaction commits, checkpoints — as
 //! checksummed, sequenced records, and a pure replay. No I/O of its own; the store writes the
-//! bytes and calls [`replay`] on open.
+//! bytes and calls [`replay()`](fn@replay) on open.
 //!
 //! Byte tables: docs/format.md, "Manifest record".
 

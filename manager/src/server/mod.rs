@@ -1,8 +1,9 @@
 //! The control plane: a Unix-socket server. [`Server::run`] accepts connections (up to the
-//! configured limit) and stops the daemon; [`conn`] serves one connection — its read loop, each
+//! configured limit) and stops the daemon; `conn` serves one connection — its read loop, each
 //! frame with a deadline, and its replies through a bounded outbound queue drained by its own
-//! writer; [`handlers`] answers each request; [`committer`] stores every Publish waiting, from
-//! every publisher, with one sync per bundle, and sends each PublishDurable. A frame that does
+//! writer; `handlers` answers each request; `committer` encodes and appends every Publish
+//! waiting, from every publisher, makes them durable with one sync, and sends each
+//! PublishDurable. A frame that does
 //! not decode is answered with an `Error` and the connection closed; the daemon and its other
 //! clients carry on.
 

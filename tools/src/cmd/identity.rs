@@ -38,10 +38,10 @@ pub struct IdentityArgs {
     /// Hub cache directory (default: HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub).
     #[arg(long, value_name = "DIR")]
     hub_cache: Option<PathBuf>,
-    /// Engine and release [default: vllm@0.33.0].
+    /// Engine and release (default: vllm@0.33.0).
     #[arg(long, value_name = "NAME@VERSION")]
     engine: Option<String>,
-    /// Compute dtype [default: bfloat16].
+    /// Compute dtype (default: bfloat16).
     #[arg(long, value_name = "D")]
     dtype: Option<String>,
     /// KV-cache dtype [default: the compute dtype].

@@ -1,8 +1,8 @@
-//! Every message of protocol version 1, and its body encoding. Byte tables are in
+//! Every message of protocol version 2, and its body encoding. Byte tables are in
 //! `docs/protocol.md` ("Messages").
 //!
-//! Each body's encode and decode sit beside its definition, grouped by role: [`session`],
-//! [`pools`], [`query`], [`transfer`], [`admin`], [`errors`].
+//! Each body's encode and decode sit beside its definition, grouped by role: `session`,
+//! `pools`, `query`, `transfer`, `admin`, `errors`.
 //! [`Message`] dispatches over the kind table, [`KINDS`].
 //! Decoding checks every length against the bytes present.
 //! It refuses trailing bytes, unknown types and out-of-range enumerations with a typed error.
@@ -41,7 +41,7 @@ pub trait Body: Sized {
     fn decode(r: &mut Reader<'_>) -> Result<Self>;
 }
 
-/// A message of protocol version 1.
+/// A message of protocol version 2 ([`crate::frame::VERSION`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
     /// Opens a connection: the client's name and process id.
