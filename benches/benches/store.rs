@@ -24,6 +24,7 @@
     reason = "a benchmark harness: a failed setup step ends the run"
 )]
 
+use orbitkv_benches::raw_uring::RawUring;
 use orbitkv_testkit::Xorshift;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -225,54 +226,20 @@ const RAW_URING_DEPTH: usize = 4;
 
 /// As [`raw_append`] with O_DIRECT, through io_uring with [`RAW_URING_DEPTH`] writes in flight
 /// (each sync waits for them first).
-#[expect(
-    unsafe_code,
-    reason = "io_uring submissions name buffers the kernel reads later"
-)]
 fn raw_append_uring(path: &Path, src: &Sources, n: u64) -> f64 {
-    use std::os::fd::AsRawFd;
-    let f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-        .unwrap();
-    let mut ring = io_uring::IoUring::new(8).unwrap();
-    let fd = io_uring::types::Fd(f.as_raw_fd());
-    let mut in_flight = 0usize;
-    let wait = |ring: &mut io_uring::IoUring, in_flight: &mut usize, keep: usize| {
-        while *in_flight > keep {
-            ring.submit_and_wait(1).unwrap();
-            for c in ring.completion() {
-                assert_eq!(c.result(), src.size as i32, "short or failed write");
-                *in_flight -= 1;
-            }
-        }
-    };
+    let mut w = RawUring::create(path, RAW_URING_DEPTH);
     let t = Instant::now();
     let (mut at, mut since) = (0u64, 0u64);
     for i in 0..n {
-        wait(&mut ring, &mut in_flight, RAW_URING_DEPTH - 1);
-        let b = src.get(i);
-        let e = io_uring::opcode::Write::new(fd, b.as_ptr(), b.len() as u32)
-            .offset(at)
-            .build();
-        // SAFETY: `b` is one of `src`'s buffers, which outlive this function, and every
-        // submitted write is waited for before it returns.
-        unsafe { ring.submission().push(&e) }.unwrap();
-        ring.submit().unwrap();
-        in_flight += 1;
+        w.write(src.get(i), at);
         at += src.size as u64;
         since += src.size as u64;
         if since >= SYNC_EVERY {
-            wait(&mut ring, &mut in_flight, 0);
-            f.sync_data().unwrap();
+            w.sync();
             since = 0;
         }
     }
-    wait(&mut ring, &mut in_flight, 0);
-    f.sync_data().unwrap();
+    w.sync();
     t.elapsed().as_secs_f64()
 }
 

@@ -1,6 +1,8 @@
 //! Shared bench support: a recorder that keeps the per-iteration times criterion measured through
 //! `iter_custom`, so each bench can print its subject/baseline ratio from the same run.
 
+pub mod raw_uring;
+
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
