@@ -38,7 +38,9 @@ struct Queues {
     ghost: Ghost,
     /// Memory of evicted copies, reused for new ones of the same length: an insert then copies
     /// into pages already faulted in rather than into fresh ones the kernel must zero first.
-    free: Vec<Vec<u8>>,
+    /// Oldest first: a new eviction pushes out the oldest, so copies of a length no longer
+    /// inserted cannot keep the room from those that are.
+    free: VecDeque<Vec<u8>>,
     free_bytes: u64,
 }
 
@@ -195,7 +197,7 @@ impl DramTier {
         let free = match q.free.iter().rposition(|b| reusable && b.len() == len) {
             Some(i) => {
                 q.free_bytes -= n;
-                Some(q.free.swap_remove(i))
+                q.free.remove(i)
             }
             None => None,
         };
@@ -204,7 +206,7 @@ impl DramTier {
             if map.get(key).is_some_and(|e| e.sequence >= sequence) {
                 if let Some(b) = free {
                     q.free_bytes += n;
-                    q.free.push(b);
+                    q.free.push_back(b);
                 }
                 return;
             }
@@ -272,10 +274,15 @@ impl DramTier {
                     // Its memory, unless a reader still holds the copy.
                     if let Some(e) = gone.and_then(|e| Arc::try_unwrap(e).ok())
                         && n >= FREE_MIN_LEN
-                        && q.free_bytes + n <= keep_free
+                        && n <= keep_free
                     {
+                        while q.free_bytes + n > keep_free
+                            && let Some(old) = q.free.pop_front()
+                        {
+                            q.free_bytes -= old.len() as u64;
+                        }
                         q.free_bytes += n;
-                        q.free.push(e.bytes);
+                        q.free.push_back(e.bytes);
                     }
                     if from_small {
                         q.ghost.remember(fingerprint(&k), capacity);
@@ -397,6 +404,27 @@ mod tests {
         assert_eq!(old, vec![9u8; len]);
         assert!(t.get(&key(255), 256, &mut out));
         assert_eq!(out, vec![255u8; len]);
+    }
+
+    #[test]
+    fn evicted_memory_of_a_new_length_pushes_out_the_old() {
+        // The free list's room (a sixteenth of the budget) filled by copies of one length must
+        // not keep copies of another length from trading once those are all that is inserted.
+        let (old, new) = (256 << 10, 128 << 10);
+        let t = DramTier::new(64 * old as u64);
+        for i in 0..256u64 {
+            t.take(&key(i), i + 1, &mut vec![1u8; old]);
+        }
+        let mut traded = 0;
+        for i in 256..1024u64 {
+            let mut bytes = vec![2u8; new];
+            let at = bytes.as_ptr() as usize;
+            t.take(&key(i), i + 1, &mut bytes);
+            if t.with(&key(i), i + 1, |b| b.as_ptr() as usize) == Some(at) {
+                traded += 1;
+            }
+        }
+        assert!(traded > 500, "{traded} of 768 traded");
     }
 
     #[test]

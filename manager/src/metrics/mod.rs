@@ -69,7 +69,8 @@ pub struct Metrics {
     pub slow_peers: AtomicU64,
     /// Publishes made durable by the committer.
     pub committed_publishes: AtomicU64,
-    /// Group commits: the committer's rounds, each storing every Publish waiting together.
+    /// Group commits: the committer's syncs, each making every Publish appended before it
+    /// durable together.
     pub commits: AtomicU64,
 }
 
@@ -369,7 +370,7 @@ impl Metrics {
         );
         x.counter(
             "orbitkv_commits_total",
-            "Group commits: rounds storing every Publish waiting together.",
+            "Group commits: syncs, each making every Publish appended before it durable together.",
             g(&self.commits),
         );
         x.counter(

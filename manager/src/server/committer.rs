@@ -1,10 +1,11 @@
 //! Group commit, off the request path: a Publish's copies, once PublishCopied is sent, go to the
-//! committer, which appends every Publish waiting — from every publisher — together, makes them
+//! committer, which appends the Publishes waiting — from every publisher — together, makes them
 //! durable with one sync (the store holds records back, unreadable, until then) and sends each
 //! PublishDurable from there. The publisher's connection meanwhile serves its next requests.
-//! Two threads share the work: the encoder takes the Publishes waiting and encodes their
-//! bundles (the payload copy and CRC); the committer appends each bundle as it comes, syncs once
-//! a batch's last has, and answers. So the next batch is encoded while the last one is written
+//! Two threads share the work: the encoder takes the Publishes waiting, in batches of at most
+//! [`BATCH_BYTES`], and encodes their bundles (the payload copy and CRC); the committer appends
+//! each bundle as it comes, syncs once it has caught up or appended [`SYNC_AFTER`] bytes, and
+//! answers every Publish of the batches appended whole. So the next batch is encoded while the last one is written
 //! and synced. On stop, Publishes not yet stored are dropped unanswered (they were never
 //! acknowledged durable).
 
@@ -80,7 +81,8 @@ impl Committer {
         }
     }
 
-    /// The encoder, until stopped: takes every Publish waiting, encodes their records in
+    /// The encoder, until stopped: takes the Publishes waiting (up to [`BATCH_BYTES`] of them,
+    /// oldest first), encodes their records in
     /// bundles and hands the batch to the committer through `to_committer` (bounded: it waits
     /// while the committer is that many bundles behind).
     pub(crate) fn run_encoder(&self, shared: &Shared, to_committer: &SyncSender<Handoff>) {
@@ -93,7 +95,19 @@ impl Committer {
                 if q.stopping {
                     return;
                 }
-                q.jobs.drain(..).collect()
+                // A batch is bounded, so its sync comes (and its publishers, answered, send
+                // their next Publishes) while the rest waiting is still being written.
+                let mut bytes = 0u64;
+                let take = q
+                    .jobs
+                    .iter()
+                    .take_while(|j| {
+                        let first = bytes == 0;
+                        bytes += j.reserved.max(1);
+                        first || bytes <= BATCH_BYTES
+                    })
+                    .count();
+                q.jobs.drain(..take).collect()
             };
             let mut copies: Vec<&mut Copied> = jobs.iter_mut().map(|j| &mut j.copied).collect();
             let records = take_records(&mut copies);
@@ -158,7 +172,12 @@ impl Committer {
 
 /// The committer syncs at least once per this many bytes appended, even while the encoder keeps
 /// it busy.
-const SYNC_AFTER: usize = 64 << 20;
+const SYNC_AFTER: usize = 32 << 20;
+
+/// Bytes of Publishes one batch takes at most (at least one Publish): a sync can only answer
+/// batches appended whole, so an unbounded batch — every Publish waiting — would leave each
+/// publisher unanswered, and the device idle, until all of them are written.
+const BATCH_BYTES: u64 = 16 << 20;
 
 /// What the encoder hands the committer, for each batch: its Publishes, each bundle of their
 /// records, then the end.
