@@ -30,12 +30,16 @@ fn spec() -> PoolSpec {
         pool: PoolId(1),
         page_bytes: u64::from(LAYERS) * LAYER_BYTES,
         pages: PAGES,
+        aliased: false,
         groups: vec![GroupGeometry {
             group: 0,
             layers: LAYERS,
             offset: 0,
             layer_stride: LAYER_BYTES,
             layer_bytes: LAYER_BYTES,
+            page_stride: u64::from(LAYERS) * LAYER_BYTES,
+            parts: 1,
+            part_stride: 0,
         }],
     }
 }

@@ -31,24 +31,55 @@ pub struct PageRef {
     pub generation: u64,
 }
 
-/// Where one cache group's bytes lie in a page: `layers` runs of `layer_bytes`, the first at
-/// `offset`, each `layer_stride` after the previous. A record of the group holds the layers
-/// packed, layer 0 first.
+/// Where one cache group's bytes lie in a pool: for page `i`, layer `l` and part `p`, a run of
+/// `layer_bytes / parts` bytes at `offset + i·page_stride + l·layer_stride + p·part_stride` from
+/// the start of the pool's page memory. A record of the group holds its runs packed in one
+/// canonical order, whatever the placement: layer 0 first, and in each layer part 0 first.
+/// So a page placed layer-outermost (vLLM `LBNHC`: `page_stride` one run, `layer_stride` every
+/// page's layer) and one placed page-outermost (`BLNHC`: `page_stride` the whole page) hold the
+/// same record. The parts are an outer split of each layer (K and V: 2), placed apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GroupGeometry {
     /// The cache group's number in the engine's layout.
     pub group: u32,
     /// Layers of the group in a page.
     pub layers: u32,
-    /// Offset of layer 0 in the page.
+    /// Offset of page 0's layer 0 (part 0) from the start of the pool's page memory.
     pub offset: u64,
+    /// Distance from one page's bytes of the group to the next page's.
+    pub page_stride: u64,
     /// Distance from one layer's start to the next's.
     pub layer_stride: u64,
-    /// Bytes of one layer.
+    /// Bytes of one layer in a record (all its parts).
     pub layer_bytes: u64,
+    /// Parts each layer is split into in the pool (at least 1), each `layer_bytes / parts` long.
+    pub parts: u32,
+    /// Distance from one part's start to the next's (unused with one part).
+    pub part_stride: u64,
 }
 
 impl GroupGeometry {
+    /// A group whose pages lie one after another, `page_bytes` apart, each layer one run.
+    pub fn packed(
+        group: u32,
+        layers: u32,
+        offset: u64,
+        layer_stride: u64,
+        layer_bytes: u64,
+        page_bytes: u64,
+    ) -> Self {
+        Self {
+            group,
+            layers,
+            offset,
+            page_stride: page_bytes,
+            layer_stride,
+            layer_bytes,
+            parts: 1,
+            part_stride: 0,
+        }
+    }
+
     /// Bytes a record of the group holds for the layers `layers`.
     pub fn bytes_for(&self, layers: &Range<u32>) -> u64 {
         u64::from(layers.end.saturating_sub(layers.start)) * self.layer_bytes
@@ -59,10 +90,79 @@ impl GroupGeometry {
         0..self.layers
     }
 
-    /// The page-relative byte range of layer `l`.
-    pub(crate) fn layer_range(&self, l: u32) -> Range<u64> {
-        let start = self.offset + u64::from(l) * self.layer_stride;
-        start..start + self.layer_bytes
+    /// Bytes of one run (a part of a layer).
+    pub fn run_bytes(&self) -> u64 {
+        self.layer_bytes / u64::from(self.parts.max(1))
+    }
+
+    /// The runs of page `index`'s layers `layers`, in record order: each one's offset in the
+    /// pool's page memory. Each is [`GroupGeometry::run_bytes`] long. Meaningful once the pool's
+    /// spec is validated (no overflow then).
+    pub fn runs(&self, index: u32, layers: Range<u32>) -> impl Iterator<Item = u64> + '_ {
+        let page = self.offset + u64::from(index) * self.page_stride;
+        layers.flat_map(move |l| {
+            let layer = page + u64::from(l) * self.layer_stride;
+            (0..self.parts.max(1)).map(move |p| layer + u64::from(p) * self.part_stride)
+        })
+    }
+
+    /// The axes the runs lie along, as (count, stride), those of more than one.
+    fn axes(&self, pages: u32) -> Vec<(u64, u64)> {
+        [
+            (pages, self.page_stride),
+            (self.layers, self.layer_stride),
+            (self.parts, self.part_stride),
+        ]
+        .into_iter()
+        .filter(|(c, _)| *c > 1)
+        .map(|(c, s)| (u64::from(c), s))
+        .collect()
+    }
+
+    /// One past the last byte of the group's runs over `pages` pages; `None` on overflow.
+    fn end(&self, pages: u32) -> Option<u64> {
+        self.axes(pages)
+            .iter()
+            .try_fold(self.offset.checked_add(self.run_bytes())?, |e, (c, s)| {
+                (c - 1).checked_mul(*s).and_then(|x| x.checked_add(e))
+            })
+    }
+
+    /// Whether the group's runs are pairwise disjoint, shown by nesting: taken from the
+    /// smallest stride up, each axis's stride is at least the extent of the axes inside it.
+    /// `extra` adds an axis (another group of the same shape, that far apart).
+    fn nests(&self, pages: u32, extra: Option<(u64, u64)>) -> bool {
+        let mut axes = self.axes(pages);
+        axes.extend(extra);
+        axes.sort_unstable_by_key(|(_, s)| *s);
+        let mut extent = self.run_bytes();
+        for (c, s) in axes {
+            if s < extent {
+                return false;
+            }
+            extent = match (c - 1).checked_mul(s).and_then(|x| x.checked_add(extent)) {
+                Some(e) => e,
+                None => return false,
+            };
+        }
+        true
+    }
+
+    /// Whether `other` has this group's placement but for its offset and layer count.
+    fn same_lattice(&self, other: &Self) -> bool {
+        (
+            self.page_stride,
+            self.layer_stride,
+            self.layer_bytes,
+            self.parts,
+            self.part_stride,
+        ) == (
+            other.page_stride,
+            other.layer_stride,
+            other.layer_bytes,
+            other.parts,
+            other.part_stride,
+        )
     }
 }
 
@@ -91,20 +191,29 @@ pub enum PageMemory {
 pub struct PoolSpec {
     /// The pool's id.
     pub pool: PoolId,
-    /// Bytes per page.
+    /// Bytes per page: the pool's page memory is `pages × page_bytes` long.
     pub page_bytes: u64,
     /// Pages in the pool.
     pub pages: u32,
+    /// Whether the groups share the same bytes (vLLM's hybrid allocator): page `i` of every
+    /// group is one set of bytes, holding one group's state at a time, fenced by page `i`'s
+    /// state word. Otherwise no two groups' bytes may overlap.
+    pub aliased: bool,
     /// The cache groups a page holds.
     pub groups: Vec<GroupGeometry>,
 }
 
 /// Largest page accepted (a page of one block of every layer of a large model is a few MiB).
 pub const MAX_PAGE_BYTES: u64 = 1 << 30;
+/// Parts a layer may be split into at most.
+pub const MAX_PARTS: u32 = 16;
 
 impl PoolSpec {
-    /// Checks the geometry: sizes non-zero, every layer of every group inside the page, layers of
-    /// one group not overlapping, groups not overlapping each other.
+    /// Checks the geometry, arithmetically: sizes non-zero, each layer splitting into equal
+    /// parts, every run of every group inside the pool's page memory, the runs of one group
+    /// disjoint, and the groups disjoint from each other — or, for an aliased pool, each group
+    /// placed exactly as the others but for its layer count, so that page `i` of one group
+    /// overlaps only page `i` of another.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::Geometry(m));
         if self.page_bytes == 0 || self.page_bytes > MAX_PAGE_BYTES {
@@ -119,50 +228,53 @@ impl PoolSpec {
         if self.groups.is_empty() {
             return bad("a page of no cache groups".to_owned());
         }
-        let mut spans: Vec<(u64, u64, u32)> = Vec::new();
+        let memory = u64::from(self.pages).checked_mul(self.page_bytes);
         for g in &self.groups {
             if g.layers == 0 || g.layer_bytes == 0 {
                 return bad(format!("group {}: no layers or empty layers", g.group));
             }
-            if g.layers > 1 && g.layer_stride < g.layer_bytes {
+            if g.parts == 0 || g.parts > MAX_PARTS || g.layer_bytes % u64::from(g.parts) != 0 {
                 return bad(format!(
-                    "group {}: layer stride {} is below the layer size {}",
-                    g.group, g.layer_stride, g.layer_bytes
+                    "group {}: {} parts (1..={MAX_PARTS}) do not split a {}-byte layer evenly",
+                    g.group, g.parts, g.layer_bytes
                 ));
             }
-            let end = u64::from(g.layers - 1)
-                .checked_mul(g.layer_stride)
-                .and_then(|x| x.checked_add(g.offset))
-                .and_then(|x| x.checked_add(g.layer_bytes));
-            match end {
-                Some(end) if end <= self.page_bytes => {}
+            match (g.end(self.pages), memory) {
+                (Some(end), Some(memory)) if end <= memory => {}
                 _ => {
                     return bad(format!(
-                        "group {}: its last layer ends past the {}-byte page",
-                        g.group, self.page_bytes
+                        "group {}: its last run ends past the pool's {} pages of {} bytes",
+                        g.group, self.pages, self.page_bytes
                     ));
                 }
             }
-            for l in 0..g.layers {
-                let r = g.layer_range(l);
-                spans.push((r.start, r.end, g.group));
+            if !g.nests(self.pages, None) {
+                return bad(format!(
+                    "group {}: its runs overlap (each stride, from the smallest, must be at least the extent of the runs inside it)",
+                    g.group
+                ));
             }
         }
-        if self
-            .groups
-            .iter()
-            .enumerate()
-            .any(|(i, g)| self.groups[..i].iter().any(|h| h.group == g.group))
-        {
-            return bad("a cache group listed twice".to_owned());
-        }
-        spans.sort_unstable();
-        for w in spans.windows(2) {
-            if w[1].0 < w[0].1 {
-                return bad(format!(
-                    "layers of groups {} and {} overlap at byte {}",
-                    w[0].2, w[1].2, w[1].0
-                ));
+        for (i, g) in self.groups.iter().enumerate() {
+            for h in &self.groups[..i] {
+                if h.group == g.group {
+                    return bad("a cache group listed twice".to_owned());
+                }
+                let apart = if self.aliased {
+                    g.same_lattice(h) && g.offset == h.offset
+                } else {
+                    disjoint(g, h, self.pages)
+                };
+                if !apart {
+                    return bad(if self.aliased {
+                        format!(
+                            "groups {} and {} of an aliased pool are placed differently (aliased groups share offset and strides; only their layer counts may differ)",
+                            h.group, g.group
+                        )
+                    } else {
+                        format!("layers of groups {} and {} overlap", h.group, g.group)
+                    });
+                }
             }
         }
         Ok(())
@@ -187,6 +299,48 @@ impl PoolSpec {
         }
         Ok(())
     }
+}
+
+/// Whether two groups' runs are disjoint, shown arithmetically: their spans do not meet; or they
+/// share a page stride and no page's span of the one meets any page's span of the other; or
+/// they are placed alike and the one, shifted onto the other, nests as one more axis.
+fn disjoint(a: &GroupGeometry, b: &GroupGeometry, pages: u32) -> bool {
+    let (Some(ae), Some(be)) = (a.end(pages), b.end(pages)) else {
+        return false;
+    };
+    if ae <= b.offset || be <= a.offset {
+        return true;
+    }
+    if a.page_stride == b.page_stride
+        && a.page_stride > 0
+        && let (Some(ap), Some(bp)) = (a.end(1), b.end(1))
+        && !page_spans_meet((a.offset, ap), (b.offset, bp), a.page_stride, pages)
+    {
+        return true;
+    }
+    let layers = a.layers.max(b.layers);
+    let (a, b) = (
+        GroupGeometry { layers, ..*a },
+        GroupGeometry { layers, ..*b },
+    );
+    a.same_lattice(&b) && a.nests(pages, Some((2, a.offset.abs_diff(b.offset))))
+}
+
+/// Whether `[a0, a1) + i·stride` meets `[b0, b1) + j·stride` for some pages `i`, `j` below
+/// `pages`: whether some `d = j − i`, `|d| < pages`, has `b0 + d·stride < a1` and
+/// `a0 < b1 + d·stride`.
+fn page_spans_meet((a0, a1): (u64, u64), (b0, b1): (u64, u64), stride: u64, pages: u32) -> bool {
+    let (a0, a1, b0, b1) = (
+        i128::from(a0),
+        i128::from(a1),
+        i128::from(b0),
+        i128::from(b1),
+    );
+    let (stride, far) = (i128::from(stride), i128::from(pages) - 1);
+    // The least d with a0 < b1 + d·stride.
+    let least = (a0 - b1).div_euclid(stride) + 1;
+    let d = least.max(-far);
+    d <= far && b0 + d * stride < a1
 }
 
 /// A page's state word, shared by the engine and the manager: the page's generation in the high
@@ -302,6 +456,7 @@ mod tests {
             pool: PoolId(1),
             page_bytes: 4096,
             pages: 8,
+            aliased: false,
             groups: vec![
                 GroupGeometry {
                     group: 0,
@@ -309,6 +464,9 @@ mod tests {
                     offset: 0,
                     layer_stride: 512,
                     layer_bytes: 256,
+                    page_stride: 4096,
+                    parts: 1,
+                    part_stride: 0,
                 },
                 GroupGeometry {
                     group: 1,
@@ -316,6 +474,9 @@ mod tests {
                     offset: 256,
                     layer_stride: 512,
                     layer_bytes: 256,
+                    page_stride: 4096,
+                    parts: 1,
+                    part_stride: 0,
                 },
             ],
         }
@@ -351,6 +512,88 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// A pool of `n` pages of one group of `layers` layers, each K and V runs of `r` bytes.
+    fn placed(n: u32, layers: u32, r: u64, page: u64, layer: u64, part: u64) -> PoolSpec {
+        PoolSpec {
+            pool: PoolId(2),
+            page_bytes: 2 * u64::from(layers) * r,
+            pages: n,
+            aliased: false,
+            groups: vec![GroupGeometry {
+                group: 0,
+                layers,
+                offset: 0,
+                page_stride: page,
+                layer_stride: layer,
+                layer_bytes: 2 * r,
+                parts: 2,
+                part_stride: part,
+            }],
+        }
+    }
+
+    #[test]
+    fn every_placement_of_the_same_bytes_is_accepted_and_runs_cover_the_memory_once() {
+        let (n, l, r) = (5u32, 3u32, 64u64);
+        let (nn, ll) = (u64::from(n), u64::from(l));
+        for spec in [
+            placed(n, l, r, 2 * ll * r, 2 * r, r),   // page-outermost
+            placed(n, l, r, r, 2 * nn * r, nn * r),  // layer-outermost (LBNHC)
+            placed(n, l, r, r, nn * r, ll * nn * r), // K and V buffers (layer_first)
+        ] {
+            spec.validate().unwrap_or_else(|e| panic!("{spec:?}: {e}"));
+            let g = spec.groups[0];
+            let mut seen = vec![0u8; (spec.page_bytes * nn) as usize];
+            for i in 0..n {
+                for at in g.runs(i, g.all_layers()) {
+                    for b in &mut seen[at as usize..(at + g.run_bytes()) as usize] {
+                        *b += 1;
+                    }
+                }
+            }
+            assert!(seen.iter().all(|c| *c == 1), "{spec:?}");
+        }
+        // Strides that make runs collide, or leave the memory, are refused.
+        assert!(placed(n, l, r, r, nn * r, nn * r).validate().is_err());
+        assert!(
+            placed(n, l, r, r, 2 * nn * r, nn * r + 1)
+                .validate()
+                .is_err()
+        );
+        assert!(
+            placed(n, l, r, r / 2, 2 * nn * r, nn * r)
+                .validate()
+                .is_err()
+        );
+        let mut uneven = placed(n, l, r, 2 * ll * r, 2 * r, r);
+        uneven.groups[0].layer_bytes += 1;
+        assert!(uneven.validate().is_err());
+    }
+
+    #[test]
+    fn groups_side_by_side_in_a_page_or_aliased_alike_are_accepted() {
+        // Two groups one after another in each page (not the same shape).
+        let mut s = spec();
+        s.groups[0] = GroupGeometry::packed(0, 2, 0, 1024, 1024, 4096);
+        s.groups[1] = GroupGeometry::packed(1, 4, 2048, 512, 512, 4096);
+        s.validate().unwrap_or_else(|e| panic!("{e}"));
+        // Shifted by one page's worth less a byte: group 1 of page i meets group 0 of page i+1.
+        s.groups[1].offset = 2049;
+        assert!(s.validate().is_err());
+        // Aliased: the same placement but for the layer count.
+        let mut a = spec();
+        a.aliased = true;
+        a.groups[1].offset = 0;
+        a.groups[1].layers = 2;
+        a.validate().unwrap_or_else(|e| panic!("{e}"));
+        a.groups[1].layer_stride = 1024;
+        assert!(a.validate().is_err());
+        assert!(page_spans_meet((0, 10), (5, 8), 100, 1));
+        assert!(!page_spans_meet((0, 10), (10, 20), 100, 4));
+        assert!(page_spans_meet((0, 10), (95, 105), 100, 2));
+        assert!(!page_spans_meet((0, 10), (95, 100), 100, 2));
     }
 
     #[test]

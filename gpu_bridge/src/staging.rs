@@ -24,7 +24,7 @@ pub struct Item {
 /// at `staging_offset`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Copy {
-    /// Byte offset in the pool's memory (page index × page bytes + position in the page).
+    /// Byte offset in the pool's page memory (where the group's placement puts the run).
     pub device_offset: u64,
     /// Byte offset in the staging buffer.
     pub staging_offset: usize,
@@ -130,13 +130,14 @@ pub fn copies<'a>(
     let mut out: Vec<Copy> = Vec::new();
     for (it, offset) in placed {
         let g = spec.group(it.group)?;
-        let page_base = u64::from(it.page.index) * spec.page_bytes;
+        let len = usize::try_from(g.run_bytes())
+            .map_err(|_| Error::Geometry("a run larger than this machine addresses".into()))?;
         let mut staging_offset = offset;
-        for l in it.layers.clone() {
+        for device_offset in g.runs(it.page.index, it.layers.clone()) {
             let c = Copy {
-                device_offset: page_base + g.layer_range(l).start,
+                device_offset,
                 staging_offset,
-                len: g.layer_bytes as usize,
+                len,
             };
             staging_offset += c.len;
             match out.last_mut() {
@@ -165,6 +166,7 @@ mod tests {
             pool: PoolId(1),
             page_bytes: 1000,
             pages: 4,
+            aliased: false,
             groups: vec![
                 GroupGeometry {
                     group: 0,
@@ -172,6 +174,9 @@ mod tests {
                     offset: 0,
                     layer_stride: 100,
                     layer_bytes: 100,
+                    page_stride: 1000,
+                    parts: 1,
+                    part_stride: 0,
                 },
                 GroupGeometry {
                     group: 1,
@@ -179,6 +184,9 @@ mod tests {
                     offset: 400,
                     layer_stride: 100,
                     layer_bytes: 50,
+                    page_stride: 1000,
+                    parts: 1,
+                    part_stride: 0,
                 },
             ],
         }
@@ -260,12 +268,16 @@ mod tests {
             pool: PoolId(1),
             page_bytes: 200,
             pages: 4,
+            aliased: false,
             groups: vec![GroupGeometry {
                 group: 0,
                 layers: 2,
                 offset: 0,
                 layer_stride: 100,
                 layer_bytes: 100,
+                page_stride: 200,
+                parts: 1,
+                part_stride: 0,
             }],
         };
         let items: Vec<Item> = (0..3).map(|i| item(i, 0, 0..2)).collect();

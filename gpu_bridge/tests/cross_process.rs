@@ -27,11 +27,15 @@ fn spec() -> PoolSpec {
         offset,
         layer_stride: 2 * LAYER_BYTES,
         layer_bytes: LAYER_BYTES,
+        page_stride: 2 * LAYER_BYTES * u64::from(LAYERS),
+        parts: 1,
+        part_stride: 0,
     };
     PoolSpec {
         pool: PoolId(7),
         page_bytes: 2 * LAYER_BYTES * u64::from(LAYERS),
         pages: 16,
+        aliased: false,
         groups: vec![g(0, 0), g(1, LAYER_BYTES)],
     }
 }

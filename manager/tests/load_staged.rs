@@ -41,12 +41,16 @@ fn spec() -> PoolSpec {
         pool: PoolId(9),
         page_bytes: PAGE as u64,
         pages: PAGES,
+        aliased: false,
         groups: vec![GroupGeometry {
             group: 0,
             layers: LAYERS,
             offset: 0,
             layer_stride: LAYER_BYTES,
             layer_bytes: LAYER_BYTES,
+            page_stride: PAGE as u64,
+            parts: 1,
+            part_stride: 0,
         }],
     }
 }

@@ -83,12 +83,16 @@ fn every_message() -> Vec<Message> {
                 pool: PoolId(3),
                 page_bytes: 1 << 20,
                 pages: 128,
+                aliased: false,
                 groups: vec![GroupGeometry {
                     group: 0,
                     layers: 32,
                     offset: 0,
                     layer_stride: 32 << 10,
                     layer_bytes: 32 << 10,
+                    page_stride: 1 << 20,
+                    parts: 1,
+                    part_stride: 0,
                 }],
             },
             memory: PageMemory::Host,
@@ -99,12 +103,16 @@ fn every_message() -> Vec<Message> {
                 pool: PoolId(4),
                 page_bytes: 2 << 20,
                 pages: 16,
+                aliased: false,
                 groups: vec![GroupGeometry {
                     group: 1,
                     layers: 2,
                     offset: 0,
                     layer_stride: 1 << 20,
                     layer_bytes: 1 << 20,
+                    page_stride: 2 << 20,
+                    parts: 1,
+                    part_stride: 0,
                 }],
             },
             memory: PageMemory::Device {
@@ -339,7 +347,36 @@ fn frames_encoded_from_the_byte_tables_decode() {
                 })
             );
         }
+        if p.ends_with("register_pool") {
+            // Two aliased groups placed layer-outermost: K and V runs of 1 KiB, 16 pages.
+            let g = |group, layers| GroupGeometry {
+                group,
+                layers,
+                offset: 0,
+                page_stride: 1024,
+                layer_stride: 2 * 16 * 1024,
+                layer_bytes: 2048,
+                parts: 2,
+                part_stride: 16 * 1024,
+            };
+            let spec = PoolSpec {
+                pool: PoolId(5),
+                page_bytes: 8192,
+                pages: 16,
+                aliased: true,
+                groups: vec![g(0, 4), g(1, 2)],
+            };
+            assert!(spec.validate().is_ok());
+            assert_eq!(
+                m,
+                Message::RegisterPool {
+                    token: [7; 32],
+                    spec,
+                    memory: PageMemory::Host,
+                }
+            );
+        }
         seen += 1;
     }
-    assert!(seen >= 5);
+    assert!(seen >= 6);
 }

@@ -111,12 +111,12 @@ impl PagePool for AttachedPool {
                     got: bytes.len() as u64,
                 });
             }
-            let base = self.layout.page_base(&self.spec, lease.page().index);
-            let lb = g.layer_bytes as usize;
-            for (l, chunk) in layers.clone().zip(bytes.chunks_exact(lb)) {
+            let run = g.run_bytes() as usize;
+            let runs = g.runs(lease.page().index, layers.clone());
+            for (at, chunk) in runs.zip(bytes.chunks_exact(run)) {
                 self.states
                     .region()
-                    .write(base + g.layer_range(l).start, chunk)?;
+                    .write(self.layout.data_offset + at, chunk)?;
             }
             Ok(())
         })
@@ -130,12 +130,11 @@ impl PagePool for AttachedPool {
             let total = usize::try_from(g.bytes_for(&g.all_layers()))
                 .map_err(|_| Error::Geometry("group too large".into()))?;
             out.reserve(total);
-            let base = self.layout.page_base(&self.spec, lease.page().index);
-            let lb = g.layer_bytes as usize;
-            for l in g.all_layers() {
+            let run = g.run_bytes() as usize;
+            for at in g.runs(lease.page().index, g.all_layers()) {
                 self.states
                     .region()
-                    .append(base + g.layer_range(l).start, lb, out)?;
+                    .append(self.layout.data_offset + at, run, out)?;
             }
             self.states.check_unchanged(lease.page(), before)
         });

@@ -9,7 +9,7 @@ use super::fenced_states::FencedStates;
 use super::layout::Layout;
 use super::region::Region;
 use crate::error::{Error, Result, os_err};
-use crate::pool::{PageRef, PoolSpec};
+use crate::pool::{GroupGeometry, PageRef, PoolSpec};
 
 /// The engine's side: the pool it owns in shared memory.
 pub struct HostPool {
@@ -101,13 +101,51 @@ impl HostPool {
         self.states.leases(index)
     }
 
-    /// Writes `bytes` into page `index` at `offset`.
+    /// Writes a record's bytes of `group` (packed, layer 0 first) into page `index`'s runs,
+    /// where the group's placement puts them: what the engine's kernels do.
+    pub fn write_group(&self, index: u32, group: u32, bytes: &[u8]) -> Result<()> {
+        let (g, base) = self.group_at(index, group, bytes.len())?;
+        let run = g.run_bytes() as usize;
+        for (at, chunk) in g.runs(index, g.all_layers()).zip(bytes.chunks_exact(run)) {
+            self.states.region().write(base + at, chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Reads page `index`'s bytes of `group` into `out`, packed as a record holds them.
+    pub fn read_group(&self, index: u32, group: u32, out: &mut [u8]) -> Result<()> {
+        let (g, base) = self.group_at(index, group, out.len())?;
+        let run = g.run_bytes() as usize;
+        for (at, chunk) in g.runs(index, g.all_layers()).zip(out.chunks_exact_mut(run)) {
+            self.states.region().read(base + at, chunk)?;
+        }
+        Ok(())
+    }
+
+    /// `group`'s geometry and the page memory's offset in the region, once `len` is checked
+    /// to be a whole page of the group.
+    fn group_at(&self, index: u32, group: u32, len: usize) -> Result<(GroupGeometry, u64)> {
+        let spec = self.spec();
+        self.page_span(index, 0, 0)?;
+        let g = *spec.group(group)?;
+        let expected = g.bytes_for(&g.all_layers());
+        if len as u64 != expected {
+            return Err(Error::Length {
+                expected,
+                got: len as u64,
+            });
+        }
+        Ok((g, self.layout.data_offset))
+    }
+
+    /// Writes `bytes` into the page memory's `index`-th window of one page size, at `offset`
+    /// (page `index` itself where every group's pages lie one after another).
     pub fn write(&self, index: u32, offset: u64, bytes: &[u8]) -> Result<()> {
         let at = self.page_span(index, offset, bytes.len())?;
         self.states.region().write(at, bytes)
     }
 
-    /// Reads page `index` at `offset` into `out`.
+    /// Reads the page memory's `index`-th window of one page size, at `offset`, into `out`.
     pub fn read(&self, index: u32, offset: u64, out: &mut [u8]) -> Result<()> {
         let at = self.page_span(index, offset, out.len())?;
         self.states.region().read(at, out)

@@ -16,12 +16,16 @@ fn spec(page_bytes: u64, pages: u32) -> PoolSpec {
         pool: PoolId(2),
         page_bytes,
         pages,
+        aliased: false,
         groups: vec![GroupGeometry {
             group: 0,
             layers: 4,
             offset: 0,
             layer_stride: page_bytes / 4,
             layer_bytes: page_bytes / 4,
+            page_stride: page_bytes,
+            parts: 1,
+            part_stride: 0,
         }],
     }
 }

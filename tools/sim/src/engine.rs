@@ -379,7 +379,7 @@ impl Worker {
                 let page = self.pool.reuse(j as u32)?;
                 // Clear the group's bytes: a page the daemon reports loaded must hold them all.
                 let len = self.inst.group_page_bytes(&g) as usize;
-                self.pool.write(j as u32, g.offset, &vec![0u8; len])?;
+                self.pool.write_group(j as u32, g.id, &vec![0u8; len])?;
                 pages.push(LoadPage {
                     block: it.block,
                     group: it.group,
@@ -405,7 +405,7 @@ impl Worker {
                     continue;
                 };
                 let mut got = vec![0u8; self.inst.group_page_bytes(&g) as usize];
-                self.pool.read(j as u32, g.offset, &mut got)?;
+                self.pool.read_group(j as u32, g.id, &mut got)?;
                 let wrong =
                     payload::wrong_bytes(&self.inst.identity, it.group, self.rank, &it.hash, &got);
                 done.wrong_bytes += wrong;
@@ -445,7 +445,7 @@ impl Worker {
                     &it.hash,
                     self.inst.group_page_bytes(&g) as usize,
                 );
-                self.pool.write(j as u32, g.offset, &bytes)?;
+                self.pool.write_group(j as u32, g.id, &bytes)?;
                 pages.push(PublishPage {
                     group: it.group,
                     rank: self.rank,

@@ -41,6 +41,32 @@ impl SimContract {
     }
 }
 
+/// Where the instance's pages lie in its pool (the placement only: records are the same bytes
+/// whichever it is, so instances placing pages differently share them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimPlacement {
+    /// Each page one run of bytes, its groups one after another, each layer K then V.
+    Page,
+    /// Layer-outermost, as vLLM's `LBNHC`: each group's layers one after another, each layer
+    /// every page's K, then every page's V.
+    Layer,
+    /// K and V apart, as SGLang's `layer_first`: each group's K buffer, then its V buffer, each
+    /// layer-major with every page's run in a layer.
+    KvBuffers,
+}
+
+impl SimPlacement {
+    /// Parses `page`, `layer` or `kv-buffers`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "page" => Some(SimPlacement::Page),
+            "layer" => Some(SimPlacement::Layer),
+            "kv-buffers" => Some(SimPlacement::KvBuffers),
+            _ => None,
+        }
+    }
+}
+
 /// One cache group of a simulated instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SimGroup {
@@ -85,6 +111,14 @@ pub struct SimInstance {
     pub kv_heads: u32,
     /// Elements per head.
     pub head_size: u32,
+    /// Where pages lie in the pool.
+    pub placement: SimPlacement,
+    /// Whether every group's pages share the same bytes (vLLM's hybrid allocator); the groups
+    /// must then have pages of one size.
+    pub aliased: bool,
+    /// The KV byte order in a layer: head-major (vLLM `HND`) rather than token-major (`NHD`).
+    /// A state format's byte order: instances that differ in it never share records.
+    pub head_major: bool,
 }
 
 impl SimInstance {
@@ -105,6 +139,9 @@ impl SimInstance {
             layers: 2,
             kv_heads: 1,
             head_size: 4,
+            placement: SimPlacement::Page,
+            aliased: false,
+            head_major: false,
         }
     }
 
@@ -189,29 +226,41 @@ impl SimInstance {
                     stride: ELEM,
                 },
             ],
-            _ => vec![
-                layer,
-                Axis {
-                    dim: Dim::Token,
-                    extent: bt,
-                    stride: self.token_bytes(),
-                },
-                Axis {
-                    dim: Dim::KvSplit,
-                    extent: 2,
-                    stride: kvh * hs * ELEM,
-                },
-                Axis {
-                    dim: Dim::KvHead,
-                    extent: kvh,
-                    stride: hs * ELEM,
-                },
-                Axis {
-                    dim: Dim::HeadDim,
-                    extent: hs,
-                    stride: ELEM,
-                },
-            ],
+            // K, then V; each token-major (NHD), or head-major (HND) when `head_major`.
+            _ => {
+                let (token, head) = if self.head_major {
+                    (hs * ELEM, bt * hs * ELEM)
+                } else {
+                    (kvh * hs * ELEM, hs * ELEM)
+                };
+                let mut axes = vec![
+                    layer,
+                    Axis {
+                        dim: Dim::KvSplit,
+                        extent: 2,
+                        stride: bt * kvh * hs * ELEM,
+                    },
+                    Axis {
+                        dim: Dim::Token,
+                        extent: bt,
+                        stride: token,
+                    },
+                    Axis {
+                        dim: Dim::KvHead,
+                        extent: kvh,
+                        stride: head,
+                    },
+                    Axis {
+                        dim: Dim::HeadDim,
+                        extent: hs,
+                        stride: ELEM,
+                    },
+                ];
+                if self.head_major {
+                    axes.swap(2, 3);
+                }
+                axes
+            }
         };
         Ok(StateFormat {
             dtype: Self::label(&self.dtype)?,
@@ -252,22 +301,47 @@ impl SimInstance {
         self.group_page_bytes(&self.groups()[0])
     }
 
-    /// A host pool of `pages` pages, each holding one page of every group.
+    /// A host pool of `pages` pages, each holding one page of every group (of the largest
+    /// group when aliased), placed as [`SimInstance::placement`] says.
     pub fn pool_spec(&self, pool: u32, pages: u32) -> PoolSpec {
         let groups = self.groups();
-        let page_bytes = groups.iter().map(|g| self.group_page_bytes(g)).sum();
+        let sizes: Vec<u64> = groups.iter().map(|g| self.group_page_bytes(g)).collect();
+        let page_bytes = if self.aliased {
+            sizes.iter().copied().max().unwrap_or(0)
+        } else {
+            sizes.iter().sum()
+        };
+        let (n, layers) = (u64::from(pages), u64::from(self.layers));
         PoolSpec {
             pool: PoolId(pool),
             page_bytes,
             pages,
+            aliased: self.aliased,
             groups: groups
                 .iter()
-                .map(|g| GroupGeometry {
-                    group: g.id,
-                    layers: self.layers,
-                    offset: g.offset,
-                    layer_stride: g.layer_bytes,
-                    layer_bytes: g.layer_bytes,
+                .map(|g| {
+                    // Placed apart, attention KV splits into K and V; a recurrent state does
+                    // not, nor does a layer lying whole in its page.
+                    let split =
+                        self.placement != SimPlacement::Page && g.component != Component::SsmState;
+                    let parts: u32 = if split { 2 } else { 1 };
+                    let run = g.layer_bytes / u64::from(parts);
+                    let offset = if self.aliased { 0 } else { g.offset };
+                    let (page_stride, layer_stride, part_stride, base) = match self.placement {
+                        SimPlacement::Page => (page_bytes, g.layer_bytes, run, offset),
+                        SimPlacement::Layer => (run, n * g.layer_bytes, n * run, n * offset),
+                        SimPlacement::KvBuffers => (run, n * run, layers * n * run, n * offset),
+                    };
+                    GroupGeometry {
+                        group: g.id,
+                        layers: self.layers,
+                        offset: base,
+                        page_stride,
+                        layer_stride,
+                        layer_bytes: g.layer_bytes,
+                        parts,
+                        part_stride,
+                    }
                 })
                 .collect(),
         }

@@ -17,4 +17,4 @@ pub use engine::{
     Acked, AckedPage, Checked, CheckedPage, EngineOptions, Observer, Pages, PublishObserver,
     Report, RequestOutcome, SimEngine, SimError,
 };
-pub use instance::{SimContract, SimGroup, SimInstance};
+pub use instance::{SimContract, SimGroup, SimInstance, SimPlacement};

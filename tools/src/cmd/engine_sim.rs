@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use clap::Args;
 use orbitkv_adapters::identity::{EngineSettings, FingerprintOptions, IdentityEnv, ModelSource};
 use orbitkv_sim::workload::{Synthetic, trace_tokens};
-use orbitkv_sim::{EngineOptions, Report, SimContract, SimEngine, SimInstance};
+use orbitkv_sim::{EngineOptions, Report, SimContract, SimEngine, SimInstance, SimPlacement};
 use orbitkv_state::{EngineKind, IdentityBuilder, ModelDigest};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -59,6 +59,15 @@ pub struct InstanceArgs {
     /// `dense` (one full-attention group) or `hybrid` (sliding window + recurrent state).
     #[arg(long, value_name = "C", default_value = "dense")]
     pub contract: String,
+    /// Where pages lie in the pool: `page` (each page one run), `layer` (layer-outermost, as
+    /// vLLM's LBNHC) or `kv-buffers` (K apart from V, as SGLang's layer_first). Records are
+    /// the same bytes whichever it is.
+    #[arg(long, value_name = "P", default_value = "page")]
+    pub placement: String,
+    /// Back every cache group with the same pool bytes (vLLM's hybrid allocator); the groups'
+    /// pages must be of one size.
+    #[arg(long)]
+    pub aliased: bool,
     /// Model layers.
     #[arg(long, value_name = "N", default_value_t = 2,
           value_parser = clap::value_parser!(u32).range(1..=256))]
@@ -165,6 +174,13 @@ impl InstanceArgs {
         inst.release = release.to_owned();
         inst.scope = self.scope.clone().unwrap_or_default();
         inst.contract = contract;
+        inst.placement = SimPlacement::from_name(&self.placement).ok_or_else(|| {
+            Failure::refused(format!(
+                "--placement {:?}: expected page, layer or kv-buffers",
+                self.placement
+            ))
+        })?;
+        inst.aliased = self.aliased;
         inst.layers = self.layers;
         inst.kv_heads = self.kv_heads;
         inst.head_size = self.head_size;

@@ -7,19 +7,26 @@ use super::{Body, Message, Token};
 use crate::error::{ProtocolError, Result};
 use crate::wire::{Reader, Writer};
 
+/// Pool flags (a `u8`): bit 0, the groups alias one another.
+const POOL_ALIASED: u8 = 1;
+
 impl Body for PoolSpec {
     fn encode(&self, w: &mut Writer) {
         let s = self;
         w.u32(s.pool.0)
             .u64(s.page_bytes)
             .u32(s.pages)
+            .u8(if s.aliased { POOL_ALIASED } else { 0 })
             .u32(s.groups.len() as u32);
         for g in &s.groups {
             w.u32(g.group)
                 .u32(g.layers)
                 .u64(g.offset)
+                .u64(g.page_stride)
                 .u64(g.layer_stride)
-                .u64(g.layer_bytes);
+                .u64(g.layer_bytes)
+                .u32(g.parts)
+                .u64(g.part_stride);
         }
     }
 
@@ -27,21 +34,32 @@ impl Body for PoolSpec {
         let pool = PoolId(r.u32("pool")?);
         let page_bytes = r.u64("page size")?;
         let pages = r.u32("page count")?;
+        let flags = r.u8("pool flags")?;
+        if flags & !POOL_ALIASED != 0 {
+            return Err(ProtocolError::BadField {
+                what: "pool flags",
+                why: format!("unknown bits {flags:#04x}"),
+            });
+        }
         let n = r.count("cache groups", 32)?;
         let mut groups = Vec::with_capacity(n);
         for _ in 0..n {
             groups.push(GroupGeometry {
                 group: r.u32("group")?,
                 layers: r.u32("layers")?,
-                offset: r.u64("layer offset")?,
+                offset: r.u64("offset")?,
+                page_stride: r.u64("page stride")?,
                 layer_stride: r.u64("layer stride")?,
                 layer_bytes: r.u64("layer size")?,
+                parts: r.u32("parts")?,
+                part_stride: r.u64("part stride")?,
             });
         }
         Ok(PoolSpec {
             pool,
             page_bytes,
             pages,
+            aliased: flags & POOL_ALIASED != 0,
             groups,
         })
     }
