@@ -68,17 +68,28 @@ pub fn register_pool(
             "RegisterPool came without the pool's descriptor".into(),
         )
     })?;
-    for g in session.instance.layout.groups() {
-        let geo = spec
-            .group(g.id.0)
-            .map_err(|e| refuse(ErrorCode::Malformed, e.to_string()))?;
-        let bytes = geo.bytes_for(&geo.all_layers());
-        if bytes != g.page_bytes {
+    // A pool may hold some of the layout's groups (SGLang keeps one per component); each it
+    // holds must be the layout's, a page of it as large as the rank's format says.
+    let layout = &session.instance.layout;
+    for geo in &spec.groups {
+        let id = CacheGroupId(geo.group);
+        let Some(format) = layout.format_of(id, session.rank) else {
             return Err(refuse(
                 ErrorCode::Malformed,
                 format!(
-                    "pool {} holds {bytes} bytes of group {} per page; the layout says {}",
-                    spec.pool, g.id.0, g.page_bytes
+                    "pool {} holds group {}, which the instance's layout does not have",
+                    spec.pool, geo.group
+                ),
+            ));
+        };
+        let bytes = geo.bytes_for(&geo.all_layers());
+        let want = format.record_bytes().unwrap_or(0);
+        if bytes != want {
+            return Err(refuse(
+                ErrorCode::Malformed,
+                format!(
+                    "pool {} holds {bytes} bytes of group {} per page; rank {}'s format says {want}",
+                    spec.pool, geo.group, session.rank
                 ),
             ));
         }

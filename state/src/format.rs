@@ -239,6 +239,15 @@ impl StateFormat {
         Ok(())
     }
 
+    /// Bytes a record of this format holds, for a packed layout: the largest `extent × stride`
+    /// of its axes (the outermost axis's span). `None` if that overflows.
+    pub fn record_bytes(&self) -> Option<u64> {
+        self.layout
+            .iter()
+            .map(|a| a.extent.checked_mul(a.stride))
+            .try_fold(0u64, |m, b| b.map(|b| m.max(b)))
+    }
+
     /// Canonical encoding (docs/format.md, "StateFormat"); refused unless the format validates,
     /// so an inconsistent format never gets an encoding or a digest.
     pub fn encode(&self) -> Result<Vec<u8>> {

@@ -146,6 +146,15 @@ impl StorageLayout {
     pub fn groups(&self) -> &[CacheGroupSpec] {
         &self.groups
     }
+
+    /// Group `group`'s format for rank `rank` (its one replicated format, whatever the rank).
+    pub fn format_of(&self, group: CacheGroupId, rank: u32) -> Option<&StateFormat> {
+        let g = self.groups.iter().find(|g| g.id == group)?;
+        match g.formats.as_slice() {
+            [f] if f.rank == RankSpec::Replicated => Some(f),
+            formats => formats.get(rank as usize),
+        }
+    }
     /// The group with `id`.
     pub fn group(&self, id: CacheGroupId) -> Option<&CacheGroupSpec> {
         self.groups

@@ -378,7 +378,7 @@ impl Worker {
                 })?;
                 let page = self.pool.reuse(j as u32)?;
                 // Clear the group's bytes: a page the daemon reports loaded must hold them all.
-                let len = self.inst.group_page_bytes(&g) as usize;
+                let len = self.inst.group_page_bytes_at(&g, self.rank) as usize;
                 self.pool.write_group(j as u32, g.id, &vec![0u8; len])?;
                 pages.push(LoadPage {
                     block: it.block,
@@ -386,7 +386,7 @@ impl Worker {
                     rank: self.rank,
                     page,
                     layer_start: 0,
-                    layer_end: self.inst.layers,
+                    layer_end: self.inst.rank_layers(self.rank),
                 });
             }
             let statuses = self.client.load(LoadRequest {
@@ -404,7 +404,7 @@ impl Worker {
                 let Some(g) = self.region(it.group) else {
                     continue;
                 };
-                let mut got = vec![0u8; self.inst.group_page_bytes(&g) as usize];
+                let mut got = vec![0u8; self.inst.group_page_bytes_at(&g, self.rank) as usize];
                 self.pool.read_group(j as u32, g.id, &mut got)?;
                 let wrong =
                     payload::wrong_bytes(&self.inst.identity, it.group, self.rank, &it.hash, &got);
@@ -443,7 +443,7 @@ impl Worker {
                     it.group,
                     self.rank,
                     &it.hash,
-                    self.inst.group_page_bytes(&g) as usize,
+                    self.inst.group_page_bytes_at(&g, self.rank) as usize,
                 );
                 self.pool.write_group(j as u32, g.id, &bytes)?;
                 pages.push(PublishPage {
@@ -498,7 +498,7 @@ impl Worker {
                     ok += 1;
                     done.bytes += self
                         .region(it.group)
-                        .map_or(0, |g| self.inst.group_page_bytes(&g));
+                        .map_or(0, |g| self.inst.group_page_bytes_at(&g, self.rank));
                     if let Some(p) = named.get(j) {
                         acked.push(p.clone());
                     }
@@ -598,7 +598,7 @@ fn spawn_worker(opts: &EngineOptions, rank: u32) -> WorkerHandle {
         let setup = (|| -> Result<Worker> {
             let mut client = connect(&socket, "engine-sim worker")?;
             let (token, _epoch) = register(&mut client, &inst, Role::Worker, rank)?;
-            let spec = inst.pool_spec(rank + 1, pages);
+            let spec = inst.pool_spec_at(rank, rank + 1, pages);
             let pool = HostPool::create(spec.clone())?;
             client.register_pool(token, spec, PageMemory::Host, pool.fd())?;
             Ok(Worker {

@@ -116,6 +116,9 @@ pub struct SimInstance {
     /// Whether every group's pages share the same bytes (vLLM's hybrid allocator); the groups
     /// must then have pages of one size.
     pub aliased: bool,
+    /// Pipeline stages' layer counts (rank `r` is stage `r / (workers / stages)`); empty: one
+    /// stage of [`SimInstance::layers`] layers.
+    pub pipeline_layers: Vec<u32>,
     /// The KV byte order in a layer: head-major (vLLM `HND`) rather than token-major (`NHD`).
     /// A state format's byte order: instances that differ in it never share records.
     pub head_major: bool,
@@ -141,6 +144,7 @@ impl SimInstance {
             head_size: 4,
             placement: SimPlacement::Page,
             aliased: false,
+            pipeline_layers: Vec::new(),
             head_major: false,
         }
     }
@@ -188,15 +192,36 @@ impl SimInstance {
                         grid: u64::from(CHECKPOINT_BLOCKS) * bt,
                     },
                     layer_bytes: self.state_layer_bytes(),
-                    offset: kv_layer * u64::from(self.layers),
+                    offset: kv_layer * u64::from(self.rank_layers(0)),
                 },
             ],
         }
     }
 
-    /// Bytes of one page of `group` (all its layers), per rank.
+    /// Pipeline stages.
+    fn stages(&self) -> u32 {
+        u32::try_from(self.pipeline_layers.len())
+            .unwrap_or(u32::MAX)
+            .max(1)
+    }
+
+    /// Layers rank `rank` holds: its pipeline stage's.
+    pub fn rank_layers(&self, rank: u32) -> u32 {
+        let tensor = (self.workers / self.stages()).max(1);
+        self.pipeline_layers
+            .get((rank / tensor) as usize)
+            .copied()
+            .unwrap_or(self.layers)
+    }
+
+    /// Bytes of one page of `group` (all its layers) at rank 0.
     pub fn group_page_bytes(&self, group: &SimGroup) -> u64 {
-        group.layer_bytes * u64::from(self.layers)
+        self.group_page_bytes_at(group, 0)
+    }
+
+    /// Bytes of one page of `group` (all its layers) at rank `rank`.
+    pub fn group_page_bytes_at(&self, group: &SimGroup, rank: u32) -> u64 {
+        group.layer_bytes * u64::from(self.rank_layers(rank))
     }
 
     /// The state format of `group` at `rank`.
@@ -207,9 +232,10 @@ impl SimInstance {
     ) -> Result<StateFormat, orbitkv_state::Error> {
         let bt = u64::from(self.block_tokens);
         let (kvh, hs) = (u64::from(self.kv_heads), u64::from(self.head_size));
+        let layers = self.rank_layers(rank);
         let layer = Axis {
             dim: Dim::Layer,
-            extent: u64::from(self.layers),
+            extent: u64::from(layers),
             stride: group.layer_bytes,
         };
         let layout = match group.component {
@@ -266,7 +292,7 @@ impl SimInstance {
             dtype: Self::label(&self.dtype)?,
             kv_quant: Self::label(&self.kv_dtype)?,
             block_tokens: self.block_tokens,
-            layers: self.layers,
+            layers,
             layout,
             heads: HeadShape {
                 kv_heads: self.kv_heads,
@@ -284,9 +310,10 @@ impl SimInstance {
     }
 
     fn parallel(&self) -> ParallelShape {
+        let stages = self.stages();
         ParallelShape {
-            tensor: self.workers,
-            pipeline: 1,
+            tensor: (self.workers / stages).max(1),
+            pipeline: stages,
             context: 1,
         }
     }
@@ -301,17 +328,34 @@ impl SimInstance {
         self.group_page_bytes(&self.groups()[0])
     }
 
-    /// A host pool of `pages` pages, each holding one page of every group (of the largest
-    /// group when aliased), placed as [`SimInstance::placement`] says.
+    /// Rank 0's host pool of `pages` pages (see [`SimInstance::pool_spec_at`]).
     pub fn pool_spec(&self, pool: u32, pages: u32) -> PoolSpec {
+        self.pool_spec_at(0, pool, pages)
+    }
+
+    /// Rank `rank`'s host pool of `pages` pages, each holding one page of every group (of the
+    /// largest group when aliased), placed as [`SimInstance::placement`] says.
+    pub fn pool_spec_at(&self, rank: u32, pool: u32, pages: u32) -> PoolSpec {
         let groups = self.groups();
-        let sizes: Vec<u64> = groups.iter().map(|g| self.group_page_bytes(g)).collect();
+        let sizes: Vec<u64> = groups
+            .iter()
+            .map(|g| self.group_page_bytes_at(g, rank))
+            .collect();
+        // Groups one after another in a page (not aliased).
+        let starts: Vec<u64> = sizes
+            .iter()
+            .scan(0u64, |at, n| {
+                let start = *at;
+                *at += n;
+                Some(start)
+            })
+            .collect();
         let page_bytes = if self.aliased {
             sizes.iter().copied().max().unwrap_or(0)
         } else {
             sizes.iter().sum()
         };
-        let (n, layers) = (u64::from(pages), u64::from(self.layers));
+        let (n, layers) = (u64::from(pages), u64::from(self.rank_layers(rank)));
         PoolSpec {
             pool: PoolId(pool),
             page_bytes,
@@ -319,14 +363,15 @@ impl SimInstance {
             aliased: self.aliased,
             groups: groups
                 .iter()
-                .map(|g| {
+                .zip(starts)
+                .map(|(g, start)| {
                     // Placed apart, attention KV splits into K and V; a recurrent state does
                     // not, nor does a layer lying whole in its page.
                     let split =
                         self.placement != SimPlacement::Page && g.component != Component::SsmState;
                     let parts: u32 = if split { 2 } else { 1 };
                     let run = g.layer_bytes / u64::from(parts);
-                    let offset = if self.aliased { 0 } else { g.offset };
+                    let offset = if self.aliased { 0 } else { start };
                     let (page_stride, layer_stride, part_stride, base) = match self.placement {
                         SimPlacement::Page => (page_bytes, g.layer_bytes, run, offset),
                         SimPlacement::Layer => (run, n * g.layer_bytes, n * run, n * offset),
@@ -334,7 +379,7 @@ impl SimInstance {
                     };
                     GroupGeometry {
                         group: g.id,
-                        layers: self.layers,
+                        layers: self.rank_layers(rank),
                         offset: base,
                         page_stride,
                         layer_stride,

@@ -33,7 +33,7 @@ pub struct InstanceArgs {
         default_value = "./orbitkv-data/orbitkv.sock"
     )]
     pub socket: PathBuf,
-    /// Worker ranks (tensor parallel); one thread each, plus the scheduler.
+    /// Worker ranks (tensor × pipeline parallel); one thread each, plus the scheduler.
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub ranks: u32,
@@ -64,6 +64,10 @@ pub struct InstanceArgs {
     /// the same bytes whichever it is.
     #[arg(long, value_name = "P", default_value = "page")]
     pub placement: String,
+    /// Pipeline stages' layer counts, comma-separated (`3,2`: two stages of 3 and 2 layers);
+    /// `--ranks` must be a multiple of the stage count [default: one stage of --layers].
+    #[arg(long, value_name = "N,N", value_delimiter = ',')]
+    pub pipeline_layers: Vec<u32>,
     /// Back every cache group with the same pool bytes (vLLM's hybrid allocator); the groups'
     /// pages must be of one size.
     #[arg(long)]
@@ -181,6 +185,16 @@ impl InstanceArgs {
             ))
         })?;
         inst.aliased = self.aliased;
+        if !self.pipeline_layers.is_empty() {
+            let stages = u32::try_from(self.pipeline_layers.len()).unwrap_or(u32::MAX);
+            if !self.ranks.is_multiple_of(stages) || self.pipeline_layers.contains(&0) {
+                return Err(Failure::refused(format!(
+                    "--pipeline-layers: {stages} stages of at least one layer each, and --ranks {} a multiple of them",
+                    self.ranks
+                )));
+            }
+            inst.pipeline_layers.clone_from(&self.pipeline_layers);
+        }
         inst.layers = self.layers;
         inst.kv_heads = self.kv_heads;
         inst.head_size = self.head_size;
