@@ -208,7 +208,8 @@ impl Sessions {
         }
         inst.pending.push(Pending { conn, reg });
         let first = &inst.pending[0].reg;
-        let complete = inst.pending.iter().any(|p| p.reg.role == Role::Scheduler)
+        let complete = (first.no_scheduler
+            || inst.pending.iter().any(|p| p.reg.role == Role::Scheduler))
             && (0..first.workers).all(|r| {
                 inst.pending
                     .iter()
@@ -307,7 +308,7 @@ impl Sessions {
             inst.deadline = None;
             let first = &round[0].reg;
             let mut missing = Vec::new();
-            if !round.iter().any(|p| p.reg.role == Role::Scheduler) {
+            if !first.no_scheduler && !round.iter().any(|p| p.reg.role == Role::Scheduler) {
                 missing.push("the scheduler".to_owned());
             }
             for r in 0..first.workers {
@@ -424,6 +425,9 @@ fn check_alone(reg: &Register) -> Result<(), Refusal> {
         return bad("an instance declares at least one worker rank".into());
     }
     match reg.role {
+        Role::Scheduler if reg.no_scheduler => {
+            bad("a scheduler registered for an instance declared without one".into())
+        }
         Role::Scheduler if reg.rank != 0 => bad("the scheduler registers as rank 0".into()),
         Role::Scheduler if !reg.formats.is_empty() => {
             bad("the scheduler registers no state formats of its own".into())
@@ -475,6 +479,13 @@ fn seal(
                 "the hash domain",
                 first.domain.to_string(),
                 r.domain.to_string(),
+            );
+        }
+        if r.no_scheduler != first.no_scheduler {
+            return differ(
+                "whether the instance has a scheduler",
+                (!first.no_scheduler).to_string(),
+                (!r.no_scheduler).to_string(),
             );
         }
         if r.workers != first.workers {

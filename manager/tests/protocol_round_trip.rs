@@ -76,6 +76,7 @@ fn every_message() -> Vec<Message> {
             scope: "tenant-a".into(),
             formats: vec![vec![9; 40], vec![8; 12]],
             seal_timeout_ms: 30_000,
+            no_scheduler: false,
         }),
         Message::RegisterPool {
             token: [1; 32],

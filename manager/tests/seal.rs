@@ -269,3 +269,38 @@ fn a_layout_whose_shape_does_not_match_the_workers_is_refused() {
     let out = refused(&s.register(2, regs[1].clone(), now));
     assert!(out[0].2.contains("2 ranks"), "{}", out[0].2);
 }
+
+#[test]
+fn an_instance_without_a_scheduler_seals_with_its_workers_alone() {
+    let no_scheduler = |role, rank| {
+        let mut r = reg(role, rank);
+        r.no_scheduler = true;
+        r
+    };
+    let mut s = sessions();
+    let now = Instant::now();
+    // A scheduler registering for such an instance is refused alone.
+    let r = refused(&s.register(9, no_scheduler(Role::Scheduler, 0), now));
+    assert_eq!(r[0].1, ErrorCode::SealRefused);
+    assert!(r[0].2.contains("without one"), "{}", r[0].2);
+    assert!(s.register(1, no_scheduler(Role::Worker, 1), now).is_empty());
+    let out = sealed(&s.register(2, no_scheduler(Role::Worker, 0), now));
+    assert_eq!(out.len(), 2);
+    // Workers that disagree on having a scheduler are refused, the field named.
+    let mut s = sessions();
+    assert!(s.register(1, no_scheduler(Role::Worker, 0), now).is_empty());
+    let mut other = reg(Role::Worker, 1);
+    other.no_scheduler = false;
+    let r = refused(&s.register(2, other, now));
+    assert!(r[0].2.contains("scheduler"), "{}", r[0].2);
+    // A round of such an instance times out naming only the missing workers.
+    let mut s = sessions();
+    assert!(s.register(1, no_scheduler(Role::Worker, 0), now).is_empty());
+    let r = refused(&s.expire(now + Duration::from_secs(2)));
+    assert_eq!(r[0].1, ErrorCode::SealTimeout);
+    assert!(
+        r[0].2.contains("worker 1") && !r[0].2.contains("scheduler"),
+        "{}",
+        r[0].2
+    );
+}

@@ -1,7 +1,8 @@
 //! The simulated engine against an in-process daemon: a second instance of the same computation
 //! hits what the first published, every loaded byte is what the computation produces, every
 //! proof is what the contract demands; a hybrid (sliding window + recurrent state) instance is
-//! restored only at checkpoints; a rank that never publishes means no hit for its instance.
+//! restored only at checkpoints; a rank that never publishes means no hit for its instance; an
+//! engine without a scheduler process (as SGLang) seals with its workers alone and hits too.
 
 mod common;
 
@@ -98,4 +99,23 @@ fn a_two_rank_instance_hits_only_when_both_ranks_published() {
     let third = run(&d, SimInstance::new("tp-d-consumer", 2), &reqs, &[]);
     assert_eq!((third.pages.wrong_bytes, third.unproven), (0, 0));
     assert_eq!(third.proven_tokens, third.requested_tokens, "{third:?}");
+}
+
+#[test]
+fn an_engine_without_a_scheduler_publishes_and_hits_byte_exact() {
+    let d = Daemon::start();
+    let reqs = synthetic(7, 12, 16);
+    let mut inst = SimInstance::new("ns-a", 2);
+    inst.no_scheduler = true;
+    let first = run(&d, inst.clone(), &reqs, &[]);
+    assert_eq!((first.errors, first.pages.wrong_bytes), (0, 0), "{first:?}");
+    assert!(first.pages.published > 0);
+    inst.name = "ns-b-consumer".into();
+    let second = run(&d, inst, &reqs, &[]);
+    assert_eq!(
+        (second.errors, second.pages.wrong_bytes, second.unproven),
+        (0, 0, 0),
+        "{second:?}"
+    );
+    assert_eq!(second.proven_tokens, second.requested_tokens, "{second:?}");
 }

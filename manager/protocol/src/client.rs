@@ -220,7 +220,20 @@ impl Client {
     /// Registers a rank; returns once its instance sealed (or the seal was refused or timed
     /// out: [`ClientError::Refused`] with the reason).
     pub fn register(&mut self, reg: Register) -> Result<Seal, ClientError> {
-        match self.request(&Message::Register(reg))? {
+        let id = self.register_nowait(reg)?;
+        self.await_seal(id)
+    }
+
+    /// Sends a rank's Register without waiting for its seal (a vLLM worker registers minutes
+    /// before its scheduler exists); [`Client::await_seal`] with the id it returns waits for
+    /// it. Other requests on the connection may be sent meanwhile.
+    pub fn register_nowait(&mut self, reg: Register) -> Result<u64, ClientError> {
+        self.send(&Message::Register(reg))
+    }
+
+    /// Waits for the seal of the Register sent as request `id`.
+    pub fn await_seal(&mut self, id: u64) -> Result<Seal, ClientError> {
+        match self.reply(id)? {
             Message::Sealed {
                 session,
                 epoch,

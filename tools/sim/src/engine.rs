@@ -21,7 +21,7 @@ use orbitkv_state::engine_hash::vllm::{RequestExtras, VllmHashAlgo, VllmHasher};
 
 use crate::instance::{CHECKPOINT_BLOCKS, SimContract, SimGroup, SimInstance, WINDOW_BLOCKS};
 use crate::payload;
-use orbitkv_protocol::client::{Acquired, Client, ClientError};
+use orbitkv_protocol::client::{Acquired, Client, ClientError, Seal};
 use orbitkv_protocol::message::{
     GroupHashes, LoadPage, LoadRequest, Proof, PublishPage, PublishRequest, QueryRequest, Token,
 };
@@ -350,10 +350,13 @@ struct Done {
     failed: u64,
     wrong_bytes: u64,
     pages: Vec<(u32, u32, PageStatus, u64)>,
+    /// The worker's seal, in the first result it sends (once registered).
+    seal: Option<Seal>,
 }
 
 /// A worker rank: its connection, token and pool.
 struct Worker {
+    seal: Seal,
     rank: u32,
     inst: SimInstance,
     client: Client,
@@ -582,10 +585,9 @@ fn connect(socket: &std::path::Path, name: &str) -> Result<Client> {
     Ok(c)
 }
 
-/// Registers `role`/`rank`; returns the token and epoch of the seal.
-fn register(c: &mut Client, inst: &SimInstance, role: Role, rank: u32) -> Result<(Token, u64)> {
-    let seal = c.register(inst.registration(role, rank)?)?;
-    Ok((seal.token, seal.epoch))
+/// Registers `role`/`rank`; returns the seal.
+fn register(c: &mut Client, inst: &SimInstance, role: Role, rank: u32) -> Result<Seal> {
+    Ok(c.register(inst.registration(role, rank)?)?)
 }
 
 /// Starts worker `rank`: registers it, registers its pool, then serves jobs.
@@ -597,11 +599,13 @@ fn spawn_worker(opts: &EngineOptions, rank: u32) -> WorkerHandle {
     let thread = std::thread::spawn(move || {
         let setup = (|| -> Result<Worker> {
             let mut client = connect(&socket, "engine-sim worker")?;
-            let (token, _epoch) = register(&mut client, &inst, Role::Worker, rank)?;
+            let seal = register(&mut client, &inst, Role::Worker, rank)?;
+            let token = seal.token;
             let spec = inst.pool_spec_at(rank, rank + 1, pages);
             let pool = HostPool::create(spec.clone())?;
             client.register_pool(token, spec, PageMemory::Host, pool.fd())?;
             Ok(Worker {
+                seal,
                 rank,
                 inst,
                 client,
@@ -611,7 +615,11 @@ fn spawn_worker(opts: &EngineOptions, rank: u32) -> WorkerHandle {
         })();
         match setup {
             Ok(w) => {
-                if done_tx.send(Ok(Done::default())).is_ok() {
+                let first = Done {
+                    seal: Some(w.seal),
+                    ..Done::default()
+                };
+                if done_tx.send(Ok(first)).is_ok() {
                     w.serve(jobs_rx, done_tx, observer);
                 }
             }
@@ -675,10 +683,26 @@ impl SimEngine {
         let workers: Vec<WorkerHandle> =
             (0..inst.workers).map(|r| spawn_worker(&opts, r)).collect();
         let mut scheduler = connect(&opts.socket, "engine-sim scheduler")?;
-        let seal = scheduler.register(inst.registration(Role::Scheduler, 0)?)?;
+        // Without a scheduler process (as SGLang), the engine's own queries go under worker
+        // 0's session, from a connection of their own.
+        let own = if inst.no_scheduler {
+            None
+        } else {
+            Some(scheduler.register(inst.registration(Role::Scheduler, 0)?)?)
+        };
+        let mut seals = Vec::with_capacity(workers.len());
         for w in &workers {
-            w.wait()?;
+            seals.push(w.wait()?.seal);
         }
+        let seal = match own.or(seals.first().copied().flatten()) {
+            Some(seal) => seal,
+            None => {
+                return Err(SimError::Unexpected {
+                    request: "Register",
+                    reply: "no rank was sealed".into(),
+                });
+            }
+        };
         Ok(Self {
             opts,
             scheduler,

@@ -103,6 +103,8 @@ pub struct SimInstance {
     pub scope: String,
     /// How long the daemon waits for every rank.
     pub seal_timeout_ms: u32,
+    /// The instance has no scheduler process (as SGLang): its workers seal alone.
+    pub no_scheduler: bool,
     /// The cache groups.
     pub contract: SimContract,
     /// Model layers.
@@ -138,6 +140,7 @@ impl SimInstance {
             identity: [0x11; 32],
             scope: String::new(),
             seal_timeout_ms: 10_000,
+            no_scheduler: false,
             contract: SimContract::Dense,
             layers: 2,
             kv_heads: 1,
@@ -437,6 +440,7 @@ impl SimInstance {
             scope: self.scope.clone(),
             formats,
             seal_timeout_ms: self.seal_timeout_ms,
+            no_scheduler: self.no_scheduler,
         })
     }
 }

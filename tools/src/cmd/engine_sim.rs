@@ -68,6 +68,10 @@ pub struct InstanceArgs {
     /// `--ranks` must be a multiple of the stage count [default: one stage of --layers].
     #[arg(long, value_name = "N,N", value_delimiter = ',')]
     pub pipeline_layers: Vec<u32>,
+    /// Play an engine without a scheduler process (as SGLang): the workers seal alone and the
+    /// engine's queries go under worker 0's session.
+    #[arg(long)]
+    pub no_scheduler: bool,
     /// Back every cache group with the same pool bytes (vLLM's hybrid allocator); the groups'
     /// pages must be of one size.
     #[arg(long)]
@@ -185,6 +189,7 @@ impl InstanceArgs {
             ))
         })?;
         inst.aliased = self.aliased;
+        inst.no_scheduler = self.no_scheduler;
         if !self.pipeline_layers.is_empty() {
             let stages = u32::try_from(self.pipeline_layers.len()).unwrap_or(u32::MAX);
             if !self.ranks.is_multiple_of(stages) || self.pipeline_layers.contains(&0) {

@@ -48,7 +48,13 @@ pub struct Register {
     pub formats: Vec<Vec<u8>>,
     /// How long the daemon waits for the other ranks before refusing the seal.
     pub seal_timeout_ms: u32,
+    /// The instance has no scheduler process (SGLang): its round seals once workers
+    /// `0 … workers−1` have registered.
+    pub no_scheduler: bool,
 }
+
+/// Register flags (a `u8`): bit 0, the instance has no scheduler.
+const REGISTER_NO_SCHEDULER: u8 = 1;
 
 impl Body for Register {
     fn encode(&self, w: &mut Writer) {
@@ -80,7 +86,11 @@ impl Body for Register {
         for f in &g.formats {
             w.bytes32(f);
         }
-        w.u32(g.seal_timeout_ms);
+        w.u32(g.seal_timeout_ms).u8(if g.no_scheduler {
+            REGISTER_NO_SCHEDULER
+        } else {
+            0
+        });
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Self> {
@@ -159,6 +169,16 @@ impl Body for Register {
                 v
             },
             seal_timeout_ms: r.u32("seal timeout")?,
+            no_scheduler: match r.u8("register flags")? {
+                0 => false,
+                REGISTER_NO_SCHEDULER => true,
+                x => {
+                    return Err(ProtocolError::BadField {
+                        what: "register flags",
+                        why: format!("unknown bits {x:#04x}"),
+                    });
+                }
+            },
         })
     }
 }
