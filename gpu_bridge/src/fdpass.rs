@@ -11,16 +11,30 @@ use std::os::unix::net::UnixStream;
 #[repr(C, align(8))]
 struct CmsgBuf([u8; 64]);
 
+/// Descriptors one message may carry at most.
+pub const MAX_FDS: usize = 4;
+
 /// Sends `bytes` and `fd` in one message.
+pub fn send_with_fd(sock: &UnixStream, bytes: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
+    send_with_fds(sock, bytes, &[fd])
+}
+
+/// Sends `bytes` and `fds` (1 to [`MAX_FDS`], in order) in one message.
 #[expect(
     unsafe_code,
     reason = "sendmsg with SCM_RIGHTS has no safe wrapper in std"
 )]
-pub fn send_with_fd(sock: &UnixStream, bytes: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
+pub fn send_with_fds(sock: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     if bytes.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "a descriptor travels with at least one byte",
+        ));
+    }
+    if fds.is_empty() || fds.len() > MAX_FDS {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("1 to {MAX_FDS} descriptors travel with a message"),
         ));
     }
     let mut cbuf = CmsgBuf([0; 64]);
@@ -28,7 +42,7 @@ pub fn send_with_fd(sock: &UnixStream, bytes: &[u8], fd: BorrowedFd<'_>) -> io::
         iov_base: bytes.as_ptr().cast_mut().cast(),
         iov_len: bytes.len(),
     };
-    let fd_len = size_of::<libc::c_int>() as libc::c_uint;
+    let fd_len = (fds.len() * size_of::<libc::c_int>()) as libc::c_uint;
     // SAFETY: CMSG_SPACE/CMSG_LEN only compute sizes.
     let (space, len) = unsafe { (libc::CMSG_SPACE(fd_len), libc::CMSG_LEN(fd_len)) };
     // SAFETY: an all-zero msghdr is valid (null pointers, zero lengths); the fields set below
@@ -38,8 +52,9 @@ pub fn send_with_fd(sock: &UnixStream, bytes: &[u8], fd: BorrowedFd<'_>) -> io::
     msg.msg_iovlen = 1;
     msg.msg_control = cbuf.0.as_mut_ptr().cast();
     msg.msg_controllen = space as _;
-    // SAFETY: `msg` has a control buffer of `space` bytes (≤ 64), so the first header exists
-    // and its data area holds one int; the writes stay inside `cbuf`.
+    // SAFETY: `msg` has a control buffer of `space` bytes (≤ 64 for at most MAX_FDS ints), so
+    // the first header exists and its data area holds `fds.len()` ints; the writes stay inside
+    // `cbuf`.
     let sent = unsafe {
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
         if cmsg.is_null() {
@@ -48,7 +63,10 @@ pub fn send_with_fd(sock: &UnixStream, bytes: &[u8], fd: BorrowedFd<'_>) -> io::
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
         (*cmsg).cmsg_len = len as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), fd.as_raw_fd());
+        let data = libc::CMSG_DATA(cmsg).cast::<libc::c_int>();
+        for (i, fd) in fds.iter().enumerate() {
+            std::ptr::write_unaligned(data.add(i), fd.as_raw_fd());
+        }
         libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)
     };
     if sent < 0 {
@@ -63,13 +81,20 @@ pub fn send_with_fd(sock: &UnixStream, bytes: &[u8], fd: BorrowedFd<'_>) -> io::
     Ok(())
 }
 
-/// Receives one message into `buf`: its length and the descriptor that came with it, if any
-/// (received close-on-exec; any extra descriptors are closed).
+/// Receives one message into `buf`: its length and the first descriptor that came with it, if
+/// any (received close-on-exec; any others are closed).
+pub fn recv_with_fd(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    let (n, fds) = recv_with_fds(sock, buf)?;
+    Ok((n, fds.into_iter().next()))
+}
+
+/// Receives one message into `buf`: its length and the descriptors that came with it, in
+/// order (received close-on-exec; beyond [`MAX_FDS`], closed).
 #[expect(
     unsafe_code,
     reason = "recvmsg with SCM_RIGHTS has no safe wrapper in std"
 )]
-pub fn recv_with_fd(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+pub fn recv_with_fds(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
     let mut cbuf = CmsgBuf([0; 64]);
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
@@ -112,11 +137,9 @@ pub fn recv_with_fd(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Opt
             "control message truncated (too many descriptors)",
         ));
     }
-    let mut fds = fds.into_iter();
-    let first = fds.next();
     // Extra descriptors are dropped (closed) here.
-    drop(fds);
-    Ok((n as usize, first))
+    fds.truncate(MAX_FDS);
+    Ok((n as usize, fds))
 }
 
 /// Sends what of `bytes` the socket takes now without waiting (`MSG_DONTWAIT`; no `SIGPIPE`);
@@ -171,6 +194,25 @@ mod tests {
         let (n, fd) = recv_with_fd(&b, &mut buf)?;
         assert_eq!(&buf[..n], b"plain");
         assert!(fd.is_none());
+        // Two descriptors arrive in order.
+        let mut g = tempfile::tempfile()?;
+        g.write_all(b"second")?;
+        send_with_fds(
+            &a,
+            b"two",
+            &[std::os::fd::AsFd::as_fd(&f), std::os::fd::AsFd::as_fd(&g)],
+        )?;
+        let (n, fds) = recv_with_fds(&b, &mut buf)?;
+        assert_eq!((&buf[..n], fds.len()), (&b"two"[..], 2));
+        let mut second = std::fs::File::from(
+            fds.into_iter()
+                .nth(1)
+                .ok_or_else(|| io::Error::other("none"))?,
+        );
+        second.rewind()?;
+        let mut s = String::new();
+        second.read_to_string(&mut s)?;
+        assert_eq!(s, "second");
         Ok(())
     }
 }

@@ -171,6 +171,14 @@ impl GroupGeometry {
 pub enum PageMemory {
     /// In the shared-memory region the engine passes (the host backend).
     Host,
+    /// In memory the engine allocated itself (SGLang's `allocator: shm`): a second descriptor
+    /// beside the frame, after the states-only region, holding the pages from `offset`
+    /// (`pages × page_bytes` bytes; no header). Copied with `pread`/`pwrite` unless the
+    /// descriptor is sealed against shrinking.
+    Engine {
+        /// Byte offset of the page memory in the descriptor.
+        offset: u64,
+    },
     /// In device memory the engine exported: the CUDA IPC handle of the allocation
     /// (`cuIpcGetMemHandle`), the device it is on, and the byte offset of page 0 in it (a KV
     /// tensor may be a view into a larger allocation). The region the engine passes beside it

@@ -59,10 +59,12 @@ pub fn register_pool(
     session: &Session,
     spec: PoolSpec,
     memory: PageMemory,
-    fd: Option<OwnedFd>,
+    fds: Vec<OwnedFd>,
 ) -> Result<(), Refusal> {
     let refuse = |code, d: String| Refusal::new(code, d);
-    let fd = fd.ok_or_else(|| {
+    // The region first; for a pool in memory the engine allocated, that memory second.
+    let mut fds = fds.into_iter();
+    let fd = fds.next().ok_or_else(|| {
         refuse(
             ErrorCode::Malformed,
             "RegisterPool came without the pool's descriptor".into(),
@@ -98,6 +100,16 @@ pub fn register_pool(
     let pool: Arc<dyn PagePool> = match memory {
         PageMemory::Host => AttachedPool::attach(fd, spec, epoch)
             .map_err(|e| refuse(ErrorCode::Malformed, e.to_string()))?,
+        PageMemory::Engine { offset } => {
+            let memory = fds.next().ok_or_else(|| {
+                refuse(
+                    ErrorCode::Malformed,
+                    "a pool in engine memory needs two descriptors: its states-only region, then the memory".into(),
+                )
+            })?;
+            AttachedPool::attach_engine_memory(fd, memory, offset, spec, epoch)
+                .map_err(|e| refuse(ErrorCode::Malformed, e.to_string()))?
+        }
         PageMemory::Device {
             device,
             ipc_handle,

@@ -8,6 +8,7 @@ use std::ops::Range;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, RwLock};
 
+use super::engine_memory::EngineMemory;
 use super::fenced_states::FencedStates;
 use super::layout::Layout;
 use super::region::map_registered;
@@ -21,6 +22,9 @@ pub struct AttachedPool {
     epoch: u64,
     layout: Layout,
     states: FencedStates,
+    /// The pages in memory the engine allocated, apart from the state words' region; `None`:
+    /// they follow the words in the region.
+    engine_memory: Option<EngineMemory>,
     /// Set once detached; copies hold the read side while they run.
     detached: RwLock<bool>,
 }
@@ -36,8 +40,67 @@ impl AttachedPool {
             spec,
             epoch,
             layout,
+            engine_memory: None,
             detached: RwLock::new(false),
         }))
+    }
+
+    /// A pool whose pages are in memory the engine allocated (`memory`, the pages from
+    /// `offset`: `pages × page_bytes` bytes, which it must hold now), its state words in the
+    /// states-only region `states` (checked as [`FencedStates::attach`] checks it). Memory
+    /// sealed against shrinking is mapped; other memory is copied with `pread`/`pwrite`.
+    pub fn attach_engine_memory(
+        states: OwnedFd,
+        memory: OwnedFd,
+        offset: u64,
+        spec: PoolSpec,
+        epoch: u64,
+    ) -> Result<Arc<Self>> {
+        let (layout, region) = map_registered(states, &spec, false)?;
+        let len = u64::from(spec.pages)
+            .checked_mul(spec.page_bytes)
+            .ok_or_else(|| {
+                Error::Geometry("the pool is larger than this machine addresses".into())
+            })?;
+        let engine_memory = EngineMemory::open(memory, offset, len)?;
+        Ok(Arc::new(Self {
+            states: FencedStates::new(spec.clone(), region),
+            spec,
+            epoch,
+            layout,
+            engine_memory: Some(engine_memory),
+            detached: RwLock::new(false),
+        }))
+    }
+
+    /// Whether copies go through the engine memory's descriptor (`pread`/`pwrite`) rather than
+    /// a mapping.
+    pub fn copies_through_file(&self) -> bool {
+        self.engine_memory
+            .as_ref()
+            .is_some_and(EngineMemory::copies_through_file)
+    }
+
+    /// Copies `bytes` into the page memory at `at`.
+    fn write_pages(&self, at: u64, bytes: &[u8]) -> Result<()> {
+        match &self.engine_memory {
+            Some(m) => m.write(at, bytes),
+            None => self
+                .states
+                .region()
+                .write(self.layout.data_offset + at, bytes),
+        }
+    }
+
+    /// Appends `n` bytes of the page memory at `at` to `out`.
+    fn append_pages(&self, at: u64, n: usize, out: &mut Vec<u8>) -> Result<()> {
+        match &self.engine_memory {
+            Some(m) => m.append(at, n, out),
+            None => self
+                .states
+                .region()
+                .append(self.layout.data_offset + at, n, out),
+        }
     }
 
     /// Runs `f` unless detached, holding off a detach until it returns.
@@ -114,9 +177,7 @@ impl PagePool for AttachedPool {
             let run = g.run_bytes() as usize;
             let runs = g.runs(lease.page().index, layers.clone());
             for (at, chunk) in runs.zip(bytes.chunks_exact(run)) {
-                self.states
-                    .region()
-                    .write(self.layout.data_offset + at, chunk)?;
+                self.write_pages(at, chunk)?;
             }
             Ok(())
         })
@@ -132,9 +193,7 @@ impl PagePool for AttachedPool {
             out.reserve(total);
             let run = g.run_bytes() as usize;
             for at in g.runs(lease.page().index, g.all_layers()) {
-                self.states
-                    .region()
-                    .append(self.layout.data_offset + at, run, out)?;
+                self.append_pages(at, run, out)?;
             }
             self.states.check_unchanged(lease.page(), before)
         });

@@ -101,6 +101,11 @@ impl HostPool {
         self.states.leases(index)
     }
 
+    /// Offset of the page memory in the region (where page 0 starts).
+    pub fn data_offset(&self) -> u64 {
+        self.layout.data_offset
+    }
+
     /// Writes a record's bytes of `group` (packed, layer 0 first) into page `index`'s runs,
     /// where the group's placement puts them: what the engine's kernels do.
     pub fn write_group(&self, index: u32, group: u32, bytes: &[u8]) -> Result<()> {

@@ -9,9 +9,12 @@
 //! `layout` computes the region's layout (no `unsafe`);
 //! `region` maps it and holds every raw access to its bytes;
 //! `engine_pool` creates the sealed memfd;
+//! `engine_memory` reaches pages in memory the engine allocated itself (mapped, or by
+//! `pread`/`pwrite` when it may shrink);
 //! `attached_pool` and `fenced_states` hold no `unsafe`.
 
 mod attached_pool;
+mod engine_memory;
 mod engine_pool;
 mod fenced_states;
 mod layout;

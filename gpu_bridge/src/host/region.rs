@@ -127,9 +127,15 @@ impl Drop for Region {
     }
 }
 
+/// The seals on `fd` (`F_GET_SEALS`); 0 for a descriptor that takes none.
+#[expect(unsafe_code, reason = "fcntl has no safe wrapper")]
+pub(crate) fn seals(fd: BorrowedFd<'_>) -> i32 {
+    // SAFETY: fcntl on an open descriptor, with integer arguments only.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) }.max(0)
+}
+
 /// Maps a region an engine passed for `spec` after checking it: sealed against shrinking,
 /// exactly the size the registration implies (with or without the pages), its header agreeing.
-#[expect(unsafe_code, reason = "fcntl has no safe wrapper")]
 pub(crate) fn map_registered(
     fd: OwnedFd,
     spec: &PoolSpec,
@@ -137,9 +143,7 @@ pub(crate) fn map_registered(
 ) -> Result<(Layout, Region)> {
     spec.validate()?;
     let layout = Layout::of(spec, holds_pages)?;
-    // SAFETY: fcntl on a descriptor we own, with integer arguments only.
-    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-    if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+    if seals(fd.as_fd()) & libc::F_SEAL_SHRINK == 0 {
         return Err(Error::Region(
             "the region is not sealed against shrinking (a memfd with F_SEAL_SHRINK is required)"
                 .into(),

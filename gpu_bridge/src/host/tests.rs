@@ -226,3 +226,54 @@ fn no_copy_out_of_a_page_reused_mid_copy_is_kept() -> Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn engine_memory_is_mapped_only_when_sealed_against_shrinking() -> Result<()> {
+    let s = spec(4096, 4);
+    let dup = |f: std::os::fd::BorrowedFd<'_>| {
+        f.try_clone_to_owned().map_err(|source| Error::Io {
+            what: "dup",
+            source,
+        })
+    };
+    let states = HostPool::create_states(s.clone())?;
+    // An unsealed file: copied through the descriptor.
+    let file = tempfile::tempfile().map_err(|source| Error::Io {
+        what: "tempfile",
+        source,
+    })?;
+    file.set_len(4 * 4096 + 100).map_err(|source| Error::Io {
+        what: "set_len",
+        source,
+    })?;
+    let p = AttachedPool::attach_engine_memory(
+        dup(states.fd())?,
+        dup(file.as_fd())?,
+        100,
+        s.clone(),
+        1,
+    )?;
+    assert!(p.copies_through_file());
+    // One byte short of the pages from that offset: refused.
+    assert!(
+        AttachedPool::attach_engine_memory(
+            dup(states.fd())?,
+            dup(file.as_fd())?,
+            101,
+            s.clone(),
+            1
+        )
+        .is_err()
+    );
+    // A memfd sealed against shrinking (a host pool's region): mapped.
+    let host = HostPool::create(s.clone())?;
+    let p = AttachedPool::attach_engine_memory(
+        dup(states.fd())?,
+        dup(host.fd())?,
+        host.data_offset(),
+        s,
+        1,
+    )?;
+    assert!(!p.copies_through_file());
+    Ok(())
+}

@@ -10,7 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-use orbitkv_gpu_bridge::fdpass::send_with_fd;
+use orbitkv_gpu_bridge::fdpass::send_with_fds;
 
 use orbitkv_gpu_bridge::{PageMemory, PoolSpec};
 
@@ -144,9 +144,19 @@ impl Client {
 
     /// Sends `m` with a descriptor beside it (a pool's region).
     pub fn send_with_fd(&mut self, m: &Message, fd: BorrowedFd<'_>) -> Result<u64, ClientError> {
+        self.send_with_fds(m, &[fd])
+    }
+
+    /// Sends `m` with descriptors beside it, in order (a pool in memory the engine allocated:
+    /// its states-only region, then its page memory).
+    pub fn send_with_fds(
+        &mut self,
+        m: &Message,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<u64, ClientError> {
         let id = self.next;
         self.next += 1;
-        send_with_fd(&self.stream, &m.encode_frame(id)?, fd)?;
+        send_with_fds(&self.stream, &m.encode_frame(id)?, fds)?;
         Ok(id)
     }
 
@@ -265,6 +275,31 @@ impl Client {
                 memory,
             },
             region,
+        )?;
+        match self.reply(id)? {
+            Message::PoolRegistered { .. } => Ok(()),
+            other => Err(ClientError::Unexpected(other.kind())),
+        }
+    }
+
+    /// Registers a worker's page pool whose pages are in memory the engine allocated itself
+    /// (SGLang's `allocator: shm`): `states`, a states-only region, and `memory`, holding the
+    /// pages from `offset`, passed beside the frame in that order.
+    pub fn register_engine_memory_pool(
+        &mut self,
+        token: Token,
+        spec: PoolSpec,
+        offset: u64,
+        states: BorrowedFd<'_>,
+        memory: BorrowedFd<'_>,
+    ) -> Result<(), ClientError> {
+        let id = self.send_with_fds(
+            &Message::RegisterPool {
+                token,
+                spec,
+                memory: PageMemory::Engine { offset },
+            },
+            &[states, memory],
         )?;
         match self.reply(id)? {
             Message::PoolRegistered { .. } => Ok(()),

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use orbitkv_gpu_bridge::fdpass::{recv_with_fd, send_nonblocking};
+use orbitkv_gpu_bridge::fdpass::{MAX_FDS, recv_with_fds, send_nonblocking};
 use orbitkv_protocol::frame::{ReadError, read_body};
 use orbitkv_protocol::{ErrorCode, FrameHeader, HEADER_LEN, Message};
 
@@ -276,10 +276,10 @@ impl Read for FrameReader {
                 self.timeout = left;
             }
         }
-        let (n, fd) = recv_with_fd(&self.stream, buf)?;
-        if let Some(fd) = fd {
-            self.fds.push(fd);
-        }
+        let (n, fds) = recv_with_fds(&self.stream, buf)?;
+        // A frame keeps its first few descriptors, in order; more are closed at once.
+        let room = MAX_FDS.saturating_sub(self.fds.len());
+        self.fds.extend(fds.into_iter().take(room));
         Ok(n)
     }
 }

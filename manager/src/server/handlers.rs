@@ -26,7 +26,7 @@ pub(crate) fn handle(
     conn: &Arc<Conn>,
     request: u64,
     msg: Message,
-    mut fds: Vec<OwnedFd>,
+    fds: Vec<OwnedFd>,
 ) -> bool {
     let started = Instant::now();
     // Which latency histogram the reply is timed into.
@@ -55,7 +55,7 @@ pub(crate) fn handle(
             token,
             spec,
             memory,
-        } => register_pool(shared, conn.id, &token, spec, memory, fds.pop()),
+        } => register_pool(shared, conn.id, &token, spec, memory, fds),
         Message::Load(l) => load(shared, conn.id, &l),
         Message::Publish(p) => publish(shared, conn, request, p, started),
         other => {
@@ -176,7 +176,7 @@ fn register_pool(
     token: &Token,
     spec: orbitkv_gpu_bridge::PoolSpec,
     memory: orbitkv_gpu_bridge::PageMemory,
-    fd: Option<OwnedFd>,
+    fds: Vec<OwnedFd>,
 ) -> Result<Reply, Refusal> {
     let pool = spec.pool;
     let s = shared.session(token, None)?;
@@ -187,7 +187,7 @@ fn register_pool(
         ));
     }
     let bridge = shared.bridge(id);
-    crate::transfer::register_pool(&bridge, &s, spec, memory, fd)?;
+    crate::transfer::register_pool(&bridge, &s, spec, memory, fds)?;
     Ok(Some(Message::PoolRegistered { pool }))
 }
 

@@ -71,6 +71,9 @@ impl Body for PageMemory {
             PageMemory::Host => {
                 w.u8(0);
             }
+            PageMemory::Engine { offset } => {
+                w.u8(2).u64(*offset);
+            }
             PageMemory::Device {
                 device,
                 ipc_handle,
@@ -91,6 +94,9 @@ impl Body for PageMemory {
                 device: i32::from_le_bytes(r.u32("device")?.to_le_bytes()),
                 ipc_handle: r.array("IPC handle")?,
                 offset: r.u64("offset in the allocation")?,
+            }),
+            2 => Ok(PageMemory::Engine {
+                offset: r.u64("offset in the engine memory")?,
             }),
             other => Err(ProtocolError::BadField {
                 what: "page memory",
