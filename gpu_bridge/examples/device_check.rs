@@ -40,6 +40,7 @@ fn spec() -> PoolSpec {
             page_stride: u64::from(LAYERS) * LAYER_BYTES,
             parts: 1,
             part_stride: 0,
+            layers_inside: false,
         }],
     }
 }

@@ -56,6 +56,10 @@ pub struct GroupGeometry {
     pub parts: u32,
     /// Distance from one part's start to the next's (unused with one part).
     pub part_stride: u64,
+    /// The layers lie inside each run rather than one run each (SGLang's `page_first`: a
+    /// page's K is one run, token-major with every layer inside each token): a run per page
+    /// and part, `layers × layer_bytes / parts` long, and no layer sub-range is addressable.
+    pub layers_inside: bool,
 }
 
 impl GroupGeometry {
@@ -77,6 +81,7 @@ impl GroupGeometry {
             layer_bytes,
             parts: 1,
             part_stride: 0,
+            layers_inside: false,
         }
     }
 
@@ -90,16 +95,29 @@ impl GroupGeometry {
         0..self.layers
     }
 
-    /// Bytes of one run (a part of a layer).
+    /// Bytes of one run (a part of a layer; with the layers inside, a part of the page).
     pub fn run_bytes(&self) -> u64 {
-        self.layer_bytes / u64::from(self.parts.max(1))
+        let run = self.layer_bytes / u64::from(self.parts.max(1));
+        if self.layers_inside {
+            run.saturating_mul(u64::from(self.layers))
+        } else {
+            run
+        }
+    }
+
+    /// Whether a copy of the layers `layers` can be placed: any range, unless the layers lie
+    /// inside the runs (then all of them only).
+    pub fn addresses(&self, layers: &Range<u32>) -> bool {
+        !self.layers_inside || *layers == self.all_layers()
     }
 
     /// The runs of page `index`'s layers `layers`, in record order: each one's offset in the
-    /// pool's page memory. Each is [`GroupGeometry::run_bytes`] long. Meaningful once the pool's
-    /// spec is validated (no overflow then).
+    /// pool's page memory. Each is [`GroupGeometry::run_bytes`] long. With the layers inside
+    /// the runs, the page's runs whatever `layers` says (check [`GroupGeometry::addresses`]
+    /// first). Meaningful once the pool's spec is validated (no overflow then).
     pub fn runs(&self, index: u32, layers: Range<u32>) -> impl Iterator<Item = u64> + '_ {
         let page = self.offset + u64::from(index) * self.page_stride;
+        let layers = if self.layers_inside { 0..1 } else { layers };
         layers.flat_map(move |l| {
             let layer = page + u64::from(l) * self.layer_stride;
             (0..self.parts.max(1)).map(move |p| layer + u64::from(p) * self.part_stride)
@@ -108,9 +126,10 @@ impl GroupGeometry {
 
     /// The axes the runs lie along, as (count, stride), those of more than one.
     fn axes(&self, pages: u32) -> Vec<(u64, u64)> {
+        let layers = if self.layers_inside { 1 } else { self.layers };
         [
             (pages, self.page_stride),
-            (self.layers, self.layer_stride),
+            (layers, self.layer_stride),
             (self.parts, self.part_stride),
         ]
         .into_iter()
@@ -162,7 +181,8 @@ impl GroupGeometry {
             other.layer_bytes,
             other.parts,
             other.part_stride,
-        )
+        ) && self.layers_inside == other.layers_inside
+            && (!self.layers_inside || self.layers == other.layers)
     }
 }
 
@@ -475,6 +495,7 @@ mod tests {
                     page_stride: 4096,
                     parts: 1,
                     part_stride: 0,
+                    layers_inside: false,
                 },
                 GroupGeometry {
                     group: 1,
@@ -485,6 +506,7 @@ mod tests {
                     page_stride: 4096,
                     parts: 1,
                     part_stride: 0,
+                    layers_inside: false,
                 },
             ],
         }
@@ -538,6 +560,7 @@ mod tests {
                 layer_bytes: 2 * r,
                 parts: 2,
                 part_stride: part,
+                layers_inside: false,
             }],
         }
     }
@@ -563,6 +586,19 @@ mod tests {
             }
             assert!(seen.iter().all(|c| *c == 1), "{spec:?}");
         }
+        // Layers inside each run (page_first): one K and one V run a page.
+        let mut inside = placed(n, l, r, ll * r, 0, nn * ll * r);
+        inside.groups[0].layers_inside = true;
+        inside.validate().unwrap_or_else(|e| panic!("{e}"));
+        let g = inside.groups[0];
+        assert_eq!(g.run_bytes(), ll * r);
+        assert_eq!(
+            g.runs(1, g.all_layers()).collect::<Vec<_>>(),
+            vec![ll * r, nn * ll * r + ll * r]
+        );
+        assert!(g.addresses(&g.all_layers()) && !g.addresses(&(1..2)));
+        inside.groups[0].page_stride = ll * r - 1;
+        assert!(inside.validate().is_err());
         // Strides that make runs collide, or leave the memory, are refused.
         assert!(placed(n, l, r, r, nn * r, nn * r).validate().is_err());
         assert!(

@@ -130,6 +130,12 @@ pub fn copies<'a>(
     let mut out: Vec<Copy> = Vec::new();
     for (it, offset) in placed {
         let g = spec.group(it.group)?;
+        if !g.addresses(&it.layers) {
+            return Err(Error::Geometry(format!(
+                "group {}: its layers lie inside each run, so layers {:?} cannot be placed alone",
+                it.group, it.layers
+            )));
+        }
         let len = usize::try_from(g.run_bytes())
             .map_err(|_| Error::Geometry("a run larger than this machine addresses".into()))?;
         let mut staging_offset = offset;
@@ -177,6 +183,7 @@ mod tests {
                     page_stride: 1000,
                     parts: 1,
                     part_stride: 0,
+                    layers_inside: false,
                 },
                 GroupGeometry {
                     group: 1,
@@ -187,6 +194,7 @@ mod tests {
                     page_stride: 1000,
                     parts: 1,
                     part_stride: 0,
+                    layers_inside: false,
                 },
             ],
         }
@@ -278,6 +286,7 @@ mod tests {
                 page_stride: 200,
                 parts: 1,
                 part_stride: 0,
+                layers_inside: false,
             }],
         };
         let items: Vec<Item> = (0..3).map(|i| item(i, 0, 0..2)).collect();

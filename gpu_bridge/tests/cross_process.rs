@@ -30,6 +30,7 @@ fn spec() -> PoolSpec {
         page_stride: 2 * LAYER_BYTES * u64::from(LAYERS),
         parts: 1,
         part_stride: 0,
+        layers_inside: false,
     };
     PoolSpec {
         pool: PoolId(7),

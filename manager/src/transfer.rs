@@ -298,7 +298,11 @@ fn span(lease: &PageLease, p: &LoadPage) -> Result<Span, PageStatus> {
         .spec()
         .group(p.group)
         .map_err(|_| PageStatus::BadGeometry)?;
-    if p.layer_start > p.layer_end || p.layer_end > geo.layers {
+    // A placement with the layers inside its runs (SGLang page_first) takes whole pages only.
+    if p.layer_start > p.layer_end
+        || p.layer_end > geo.layers
+        || !geo.addresses(&(p.layer_start..p.layer_end))
+    {
         return Err(PageStatus::BadGeometry);
     }
     let bytes = |n: u64| usize::try_from(n).map_err(|_| PageStatus::BadGeometry);

@@ -51,6 +51,7 @@ fn spec() -> PoolSpec {
             page_stride: PAGE as u64,
             parts: 1,
             part_stride: 0,
+            layers_inside: false,
         }],
     }
 }

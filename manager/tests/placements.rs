@@ -2,9 +2,10 @@
 //! computation that place their pages differently in their pools (page-outermost,
 //! layer-outermost as vLLM's LBNHC, K and V buffers apart as SGLang's layer_first) share
 //! records byte-exact, also loading a layer sub-range; an instance whose KV byte order differs
-//! (head-major) shares nothing; a pool whose groups alias the same bytes serves a hybrid
-//! instance whose pages move from one group to the other; overlapping or ill-placed pools are
-//! refused at registration.
+//! (head-major) shares nothing; SGLang's page_first (layers inside tokens: its own byte order)
+//! shares with itself only and refuses a layer sub-range; a pool whose groups alias the same
+//! bytes serves a hybrid instance whose pages move from one group to the other; overlapping or
+//! ill-placed pools are refused at registration.
 
 mod common;
 
@@ -262,4 +263,54 @@ fn pools_whose_groups_overlap_or_leave_their_memory_are_refused() {
             other => panic!("{what}: {other:?}"),
         }
     }
+}
+
+#[test]
+fn page_first_shares_with_itself_only_and_refuses_a_layer_sub_range() {
+    let d = Daemon::start();
+    let reqs = synthetic(8, 12, 16);
+    let with_blocks = reqs.iter().filter(|r| r.len() >= 16).count() as u64;
+    let producer = placed("pf-a", SimPlacement::PageFirst);
+    let spec = producer.pool_spec(1, 4);
+    assert!(spec.groups[0].layers_inside);
+    let first = run(&d, producer.clone(), &reqs);
+    assert_eq!((first.errors, first.pages.wrong_bytes), (0, 0), "{first:?}");
+    let mut consumer = producer.clone();
+    consumer.name = "pf-b-consumer".into();
+    let r = run(&d, consumer, &reqs);
+    assert_eq!(
+        (r.errors, r.pages.wrong_bytes, r.unproven),
+        (0, 0, 0),
+        "{r:?}"
+    );
+    assert_eq!(r.hits, with_blocks, "{r:?}");
+    // Layer-major engines of the same computation order bytes otherwise: nothing shared.
+    let mut other = producer.clone();
+    other.name = "pf-layer-first-consumer".into();
+    other.placement = SimPlacement::KvBuffers;
+    let r = run(&d, other, &reqs);
+    assert_eq!((r.hits, r.pages.loaded), (0, 0), "{r:?}");
+    // A Load of layer 1 alone into a page_first page is refused; the whole page loads.
+    let mut s = seal(&d, &producer);
+    let pool = register(&mut s, &producer, 1);
+    let page_bytes = producer.page_bytes() as usize;
+    let p = pool.reuse(0).unwrap_or_else(|e| panic!("{e}"));
+    pool.write_group(0, 0, &vec![5; page_bytes])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let req = publish_request(&s, &producer, 0, 0, &[(0, p)]);
+    let (copied, _) = publish_replies(&mut s, 0, req);
+    assert_eq!(copied, vec![PageStatus::Ok]);
+    let (lease, _) = acquire(&mut s, 1, 16);
+    let dst = pool.reuse(2).unwrap_or_else(|e| panic!("{e}"));
+    let req = load_request(&s, 0, 0, lease, &[(0, dst, 1, 2), (0, dst, 0, 3)]);
+    match s.workers[0].0.request(&Message::Load(req)) {
+        Ok(Message::Loaded { pages }) => {
+            assert_eq!(pages, vec![PageStatus::BadGeometry, PageStatus::Ok]);
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut got = vec![0u8; page_bytes];
+    pool.read_group(2, 0, &mut got)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(got, vec![5; page_bytes]);
 }

@@ -94,6 +94,7 @@ fn every_message() -> Vec<Message> {
                     page_stride: 1 << 20,
                     parts: 1,
                     part_stride: 0,
+                    layers_inside: false,
                 }],
             },
             memory: PageMemory::Host,
@@ -114,6 +115,7 @@ fn every_message() -> Vec<Message> {
                     page_stride: 2 << 20,
                     parts: 1,
                     part_stride: 0,
+                    layers_inside: false,
                 }],
             },
             memory: PageMemory::Device {
@@ -359,6 +361,7 @@ fn frames_encoded_from_the_byte_tables_decode() {
                 layer_bytes: 2048,
                 parts: 2,
                 part_stride: 16 * 1024,
+                layers_inside: false,
             };
             let spec = PoolSpec {
                 pool: PoolId(5),

@@ -161,7 +161,7 @@ impl PagePool for AttachedPool {
         self.attached(|| {
             self.check_lease(lease)?;
             let g = self.spec.group(group)?;
-            if layers.start > layers.end || layers.end > g.layers {
+            if layers.start > layers.end || layers.end > g.layers || !g.addresses(&layers) {
                 return Err(Error::Geometry(format!(
                     "layers {layers:?} of group {group}, which has {}",
                     g.layers

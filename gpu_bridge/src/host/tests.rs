@@ -26,6 +26,7 @@ fn spec(page_bytes: u64, pages: u32) -> PoolSpec {
             page_stride: page_bytes,
             parts: 1,
             part_stride: 0,
+            layers_inside: false,
         }],
     }
 }

@@ -53,15 +53,20 @@ pub enum SimPlacement {
     /// K and V apart, as SGLang's `layer_first`: each group's K buffer, then its V buffer, each
     /// layer-major with every page's run in a layer.
     KvBuffers,
+    /// K and V apart, as SGLang's `page_first`: each page's K one run, token-major with every
+    /// layer inside each token. Another byte order (a state format of its own): it shares only
+    /// with engines placing pages the same way, and no layer sub-range loads into it.
+    PageFirst,
 }
 
 impl SimPlacement {
-    /// Parses `page`, `layer` or `kv-buffers`.
+    /// Parses `page`, `layer`, `kv-buffers` or `page-first`.
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "page" => Some(SimPlacement::Page),
             "layer" => Some(SimPlacement::Layer),
             "kv-buffers" => Some(SimPlacement::KvBuffers),
+            "page-first" => Some(SimPlacement::PageFirst),
             _ => None,
         }
     }
@@ -288,6 +293,37 @@ impl SimInstance {
                 if self.head_major {
                     axes.swap(2, 3);
                 }
+                if self.placement == SimPlacement::PageFirst {
+                    // Layers inside tokens: K, then V, each [token][layer][head][dim].
+                    let n = u64::from(layers);
+                    axes = vec![
+                        Axis {
+                            dim: Dim::KvSplit,
+                            extent: 2,
+                            stride: n * bt * kvh * hs * ELEM,
+                        },
+                        Axis {
+                            dim: Dim::Token,
+                            extent: bt,
+                            stride: n * kvh * hs * ELEM,
+                        },
+                        Axis {
+                            dim: Dim::Layer,
+                            extent: n,
+                            stride: kvh * hs * ELEM,
+                        },
+                        Axis {
+                            dim: Dim::KvHead,
+                            extent: kvh,
+                            stride: hs * ELEM,
+                        },
+                        Axis {
+                            dim: Dim::HeadDim,
+                            extent: hs,
+                            stride: ELEM,
+                        },
+                    ];
+                }
                 axes
             }
         };
@@ -379,6 +415,10 @@ impl SimInstance {
                         SimPlacement::Page => (page_bytes, g.layer_bytes, run, offset),
                         SimPlacement::Layer => (run, n * g.layer_bytes, n * run, n * offset),
                         SimPlacement::KvBuffers => (run, n * run, layers * n * run, n * offset),
+                        SimPlacement::PageFirst => {
+                            let page = layers * run;
+                            (page, run, n * page, n * offset)
+                        }
                     };
                     GroupGeometry {
                         group: g.id,
@@ -389,6 +429,7 @@ impl SimInstance {
                         layer_bytes: g.layer_bytes,
                         parts,
                         part_stride,
+                        layers_inside: split && self.placement == SimPlacement::PageFirst,
                     }
                 })
                 .collect(),

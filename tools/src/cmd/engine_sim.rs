@@ -60,8 +60,9 @@ pub struct InstanceArgs {
     #[arg(long, value_name = "C", default_value = "dense")]
     pub contract: String,
     /// Where pages lie in the pool: `page` (each page one run), `layer` (layer-outermost, as
-    /// vLLM's LBNHC) or `kv-buffers` (K apart from V, as SGLang's layer_first). Records are
-    /// the same bytes whichever it is.
+    /// vLLM's LBNHC) or `kv-buffers` (K apart from V, as SGLang's layer_first) — records are
+    /// the same bytes whichever it is; or `page-first` (SGLang's page_first: layers inside
+    /// tokens, another byte order, so records of its own).
     #[arg(long, value_name = "P", default_value = "page")]
     pub placement: String,
     /// Pipeline stages' layer counts, comma-separated (`3,2`: two stages of 3 and 2 layers);
@@ -184,7 +185,7 @@ impl InstanceArgs {
         inst.contract = contract;
         inst.placement = SimPlacement::from_name(&self.placement).ok_or_else(|| {
             Failure::refused(format!(
-                "--placement {:?}: expected page, layer or kv-buffers",
+                "--placement {:?}: expected page, layer, kv-buffers or page-first",
                 self.placement
             ))
         })?;

@@ -9,6 +9,8 @@ use crate::wire::{Reader, Writer};
 
 /// Pool flags (a `u8`): bit 0, the groups alias one another.
 const POOL_ALIASED: u8 = 1;
+/// Group flags (a `u8`): bit 0, the layers lie inside each run.
+const GROUP_LAYERS_INSIDE: u8 = 1;
 
 impl Body for PoolSpec {
     fn encode(&self, w: &mut Writer) {
@@ -26,7 +28,12 @@ impl Body for PoolSpec {
                 .u64(g.layer_stride)
                 .u64(g.layer_bytes)
                 .u32(g.parts)
-                .u64(g.part_stride);
+                .u64(g.part_stride)
+                .u8(if g.layers_inside {
+                    GROUP_LAYERS_INSIDE
+                } else {
+                    0
+                });
         }
     }
 
@@ -53,6 +60,16 @@ impl Body for PoolSpec {
                 layer_bytes: r.u64("layer size")?,
                 parts: r.u32("parts")?,
                 part_stride: r.u64("part stride")?,
+                layers_inside: match r.u8("group flags")? {
+                    0 => false,
+                    GROUP_LAYERS_INSIDE => true,
+                    x => {
+                        return Err(ProtocolError::BadField {
+                            what: "group flags",
+                            why: format!("unknown bits {x:#04x}"),
+                        });
+                    }
+                },
             });
         }
         Ok(PoolSpec {
