@@ -16,7 +16,6 @@ use orbitkv_protocol::client::ClientError;
 use orbitkv_protocol::{ErrorCode, Message, PageStatus};
 use orbitkv_sim::workload::synthetic;
 use orbitkv_sim::{EngineOptions, Report, SimContract, SimEngine, SimInstance, SimPlacement};
-use std::os::fd::AsFd;
 
 const PLACEMENTS: [SimPlacement; 3] = [
     SimPlacement::Page,
@@ -86,18 +85,9 @@ fn register(s: &mut common::Sealed, sim: &SimInstance, id: u32) -> HostPool {
     let spec = sim.pool_spec(id, 8);
     let pool = HostPool::create(spec.clone()).unwrap_or_else(|e| panic!("{e}"));
     let (client, token) = &mut s.workers[0];
-    let r = client
-        .send_with_fd(
-            &Message::RegisterPool {
-                token: *token,
-                spec,
-                memory: PageMemory::Host,
-            },
-            pool.fd().as_fd(),
-        )
-        .and_then(|id| client.reply(id))
+    client
+        .register_pool(*token, spec, PageMemory::Host, pool.fd())
         .unwrap_or_else(|e| panic!("{e}"));
-    assert!(matches!(r, Message::PoolRegistered { .. }), "{r:?}");
     pool
 }
 
@@ -245,16 +235,7 @@ fn pools_whose_groups_overlap_or_leave_their_memory_are_refused() {
         // The region is made for the good spec: the refusal comes from the geometry alone.
         let pool = HostPool::create(good.clone()).unwrap_or_else(|e| panic!("{e}"));
         let (client, token) = &mut s.workers[0];
-        let r = client
-            .send_with_fd(
-                &Message::RegisterPool {
-                    token: *token,
-                    spec,
-                    memory: PageMemory::Host,
-                },
-                pool.fd().as_fd(),
-            )
-            .and_then(|id| client.reply(id));
+        let r = client.register_pool(*token, spec, PageMemory::Host, pool.fd());
         match r {
             Err(ClientError::Refused { code, detail, .. }) => {
                 assert_eq!(code, ErrorCode::Malformed, "{what}: {detail}");

@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::os::fd::AsFd;
-
 use common::pages::hash;
 use common::{Daemon, seal};
 use orbitkv_gpu_bridge::{HostPool, PageMemory, PoolSpec};
@@ -25,18 +23,9 @@ fn register(
 ) -> Result<HostPool, (ErrorCode, String)> {
     let pool = HostPool::create(spec.clone()).unwrap_or_else(|e| panic!("{e}"));
     let (client, token) = &mut s.workers[worker];
-    let r = client
-        .send_with_fd(
-            &Message::RegisterPool {
-                token: *token,
-                spec,
-                memory: PageMemory::Host,
-            },
-            pool.fd().as_fd(),
-        )
-        .and_then(|id| client.reply(id));
+    let r = client.register_pool(*token, spec, PageMemory::Host, pool.fd());
     match r {
-        Ok(Message::PoolRegistered { .. }) => Ok(pool),
+        Ok(()) => Ok(pool),
         Err(ClientError::Refused { code, detail, .. }) => Err((code, detail)),
         other => panic!("{other:?}"),
     }
