@@ -5,9 +5,9 @@
 //! Two threads share the work: the encoder takes the Publishes waiting, in batches of at most
 //! [`BATCH_BYTES`], and encodes their bundles (the payload copy and CRC); the committer appends
 //! each bundle as it comes, syncs once it has caught up or appended [`SYNC_AFTER`] bytes, and
-//! answers every Publish of the batches appended whole. So the next batch is encoded while the last one is written
-//! and synced. On stop, Publishes not yet stored are dropped unanswered (they were never
-//! acknowledged durable).
+//! answers every Publish of the batches appended whole. So the next batch is encoded while the
+//! last one is written and synced. On stop, Publishes not yet stored are dropped unanswered (they
+//! were never acknowledged durable).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -82,9 +82,9 @@ impl Committer {
     }
 
     /// The encoder, until stopped: takes the Publishes waiting (up to [`BATCH_BYTES`] of them,
-    /// oldest first), encodes their records in
-    /// bundles and hands the batch to the committer through `to_committer` (bounded: it waits
-    /// while the committer is that many bundles behind).
+    /// oldest first), encodes their records in bundles and hands the batch to the committer
+    /// through `to_committer` (bounded: it waits while the committer is that many bundles
+    /// behind).
     pub(crate) fn run_encoder(&self, shared: &Shared, to_committer: &SyncSender<Handoff>) {
         loop {
             let mut jobs: Vec<Job> = {
