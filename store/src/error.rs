@@ -125,6 +125,15 @@ pub enum WriteRefusal {
         /// The failure.
         detail: String,
     },
+    /// A manifest append failed and its record could not be taken back out of the file: the
+    /// record may take effect at the next open, so nothing more is appended until then.
+    #[error(
+        "a failed manifest append could not be rolled back ({detail}); restart the daemon once the disk is healthy"
+    )]
+    ManifestUncertain {
+        /// The failure.
+        detail: String,
+    },
     /// A segment active at the last shutdown could not be sealed on open (a full disk).
     #[error(
         "segment {segment}, active at the last shutdown, could not be sealed ({detail}); free space and restart the daemon"
@@ -166,6 +175,7 @@ impl WriteRefusal {
             WriteRefusal::SealedOff => Retry::After(Duration::ZERO),
             WriteRefusal::ReadOnly
             | WriteRefusal::CheckpointFailed { .. }
+            | WriteRefusal::ManifestUncertain { .. }
             | WriteRefusal::RecoveryUnsealed { .. }
             | WriteRefusal::SegmentIdsExhausted => Retry::Never,
         }

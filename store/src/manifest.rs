@@ -7,7 +7,7 @@ use std::sync::Arc;
 use orbitkv_wal::{ManifestRecord, ManifestState, ReplayStop, encode_record, replay};
 
 use crate::dir::Layout;
-use crate::error::{Error, Result, io_err};
+use crate::error::{Error, Result, WriteRefusal, io_err};
 use crate::io::{Io, IoFile, OpenMode};
 use crate::recover::read_whole;
 
@@ -26,6 +26,8 @@ pub(crate) struct Manifest {
     path: PathBuf,
     file: Arc<dyn IoFile>,
     len: u64,
+    /// Set when a failed append could not be rolled back: appends are refused from then on.
+    uncertain: Option<String>,
     since_checkpoint: u64,
     pub(crate) state: ManifestState,
 }
@@ -118,6 +120,7 @@ impl Manifest {
                 path,
                 file,
                 len: r.valid_len,
+                uncertain: None,
                 since_checkpoint: r.records,
                 state: r.state,
             },
@@ -127,15 +130,32 @@ impl Manifest {
     }
 
     /// Appends `rec` with `sequence`, durably (fsync before returning); the state applies it.
+    /// A failed write or fsync is rolled back (the file cut back to its length before, synced),
+    /// so the record never takes effect, even at the next open from the page cache; the
+    /// sequence stays free. If the rollback fails too, every later append is refused
+    /// ([`WriteRefusal::ManifestUncertain`]) until the store is opened again.
     pub(crate) fn append(&mut self, sequence: u64, rec: ManifestRecord) -> Result<()> {
+        if let Some(detail) = &self.uncertain {
+            return Err(Error::WritesRefused(WriteRefusal::ManifestUncertain {
+                detail: detail.clone(),
+            }));
+        }
         let mut next = self.state.clone();
         next.apply(sequence, &rec, self.len)?;
         let mut buf = Vec::new();
         encode_record(sequence, &rec, &mut buf)?;
-        self.file
+        let written = self
+            .file
             .write_all_at(&buf, self.len)
-            .map_err(io_err(&self.path, "write"))?;
-        self.file.sync().map_err(io_err(&self.path, "fsync"))?;
+            .map_err(io_err(&self.path, "write"))
+            .and_then(|()| self.file.sync().map_err(io_err(&self.path, "fsync")));
+        if let Err(e) = written {
+            let rolled_back = self.file.set_len(self.len).and_then(|()| self.file.sync());
+            if let Err(r) = rolled_back {
+                self.uncertain = Some(format!("{e}; rolling back: {r}"));
+            }
+            return Err(e);
+        }
         self.len += buf.len() as u64;
         self.since_checkpoint += 1;
         self.state = next;
