@@ -412,6 +412,8 @@ impl StateStore {
         w.probation.remove(&id);
         self.superseded.segment_gone(id);
         self.remove_segment_file(&file.path);
+        // Durable now, or the file could come back after a power loss, an orphan.
+        self.sync_segments_dir();
         Stats::add(&self.stats.reclaimed_segments, 1);
         Stats::add(&self.stats.evicted_records, dropped.len() as u64);
         Stats::add(&self.stats.reinserted_records, kept.len() as u64);
