@@ -166,7 +166,8 @@ impl StateStore {
     }
 
     /// The output segment with room for a `need`-byte frame: the current one, or a new one
-    /// after sealing the current one when it is full.
+    /// after sealing the current one when it is full. Each output is listed in `outputs` as it
+    /// is created, so a compaction that fails finds every one to delete.
     pub(crate) fn output_with_room<'o>(
         &self,
         w: &mut Writer,
@@ -179,11 +180,15 @@ impl StateStore {
             !o.entries.is_empty() && o.len + need + o.seal_overhead() > self.config.segment_bytes
         }) && let Some(full) = out.take()
         {
-            outputs.push(self.seal_output(w, full, report)?);
+            self.seal_output(w, full, report)?;
         }
         let o = match out.take() {
             Some(o) => o,
-            None => self.create_segment(w)?,
+            None => {
+                let o = self.create_segment(w)?;
+                outputs.push(o.seg.clone());
+                o
+            }
         };
         Ok(out.insert(o))
     }
@@ -193,7 +198,7 @@ impl StateStore {
         w: &mut Writer,
         mut out: Active,
         report: &mut CompactReport,
-    ) -> Result<Arc<SegmentFile>> {
+    ) -> Result<()> {
         let (digest, data_end) = out.seal()?;
         w.append_manifest(ManifestRecord::SegmentSealed(SegmentSealed {
             segment_id: out.seg.id,
@@ -203,28 +208,77 @@ impl StateStore {
         }))?;
         report.outputs.push(out.seg.id);
         report.output_bytes += self.size_or_known(w, &out.seg);
-        Ok(out.seg.clone())
+        Ok(())
     }
 
     /// Rewrites the sealed segments `ids` (skipping any that are not sealed or hold tombstones)
-    /// with only their live records, commits, and deletes them.
+    /// with only their live records, commits, and deletes them. A compaction that fails before
+    /// its commit deletes the outputs it made (`abandon_outputs`).
     pub fn compact(&self, ids: &[u64]) -> Result<CompactReport> {
         tracing::debug!(phase = "compact", step = "begin", segments = ids.len());
         let mut w = self.writer();
         // Copies take new sequences: none may overtake a newer record waiting for its sync.
         self.publish_held_back(&mut w);
         Self::manifest_writable(&w)?;
-        let mut report = CompactReport::default();
-        let mut moved: Vec<Copied> = Vec::new();
         let mut outputs: Vec<Arc<SegmentFile>> = Vec::new();
         let mut out: Option<Active> = None;
+        let mut committed = false;
+        let r = self.compact_locked(&mut w, ids, &mut outputs, &mut out, &mut committed);
+        if r.is_err() && !committed {
+            self.abandon_outputs(&mut w, outputs, out);
+        }
+        r
+    }
+
+    /// Deletes the outputs of a compaction that failed before its commit, sealed or still open:
+    /// left listed in the manifest (outside the segment map), a restart would index their
+    /// copies and bring back records reclaimed or retired meanwhile. Best effort: what cannot be
+    /// deleted is logged, and stays until the next open indexes it (the same bytes as their
+    /// originals, so never a wrong hit).
+    fn abandon_outputs(
+        &self,
+        w: &mut Writer,
+        outputs: Vec<Arc<SegmentFile>>,
+        open: Option<Active>,
+    ) {
+        // Every output created is listed, the open one too.
+        if let Some(mut o) = open {
+            o.drop_pending();
+        }
+        for (id, path) in outputs.iter().map(|o| (o.id, o.path.clone())) {
+            match w.append_manifest(ManifestRecord::SegmentDeleted { segment_id: id }) {
+                Ok(_) => {
+                    w.probation.remove(&id);
+                    self.superseded.segment_gone(id);
+                    self.remove_segment_file(&path);
+                }
+                Err(e) => tracing::error!(
+                    segment = id,
+                    "cannot delete an output of a failed compaction ({e}); the next open indexes its copies"
+                ),
+            }
+        }
+        self.sync_segments_dir();
+        self.recount_used(w);
+    }
+
+    fn compact_locked(
+        &self,
+        w: &mut Writer,
+        ids: &[u64],
+        outputs: &mut Vec<Arc<SegmentFile>>,
+        out: &mut Option<Active>,
+        committed: &mut bool,
+    ) -> Result<CompactReport> {
+        let mut report = CompactReport::default();
+        let mut moved: Vec<Copied> = Vec::new();
         let mut inputs = Vec::new();
         let pinned = self.pins.pinned_segments();
         for &id in ids {
             if pinned.contains(&id) {
                 continue; // a pinned record's bytes stay where the pin names them
             }
-            let Some(file) = self.sealed_file(&w, id) else {
+            let Some(file) = self.sealed_file(w, id) else {
                 continue;
             };
             let (_, _, footer, _) = read_sealed(&file).map_err(|reason| Error::Damaged {
@@ -239,7 +293,7 @@ impl StateStore {
                 continue;
             }
             inputs.push((id, file.clone()));
-            report.input_bytes += self.size_or_known(&w, &file);
+            report.input_bytes += self.size_or_known(w, &file);
             for e in &footer.entries {
                 let FrameBody::Record(meta) = &e.body else {
                     continue;
@@ -266,18 +320,17 @@ impl StateStore {
                 // The copy takes a new sequence, so a segment's sequences keep increasing; only
                 // the key's current record is copied, so no newer one is overtaken.
                 let to = Target::Outputs {
-                    open: &mut out,
-                    sealed: &mut outputs,
+                    open: &mut *out,
+                    sealed: &mut *outputs,
                     report: &mut report,
                 };
-                let copied =
-                    self.copy_forward(&mut w, to, meta, &payload, e.record_sequence, false)?;
+                let copied = self.copy_forward(w, to, meta, &payload, e.record_sequence, false)?;
                 moved.extend(copied);
                 report.copied += 1;
             }
         }
         if let Some(last) = out.take() {
-            outputs.push(self.seal_output(&mut w, last, &mut report)?);
+            self.seal_output(w, last, &mut report)?;
         }
         if inputs.is_empty() {
             tracing::debug!(phase = "compact", step = "end", inputs = 0);
@@ -286,16 +339,17 @@ impl StateStore {
         report.inputs = inputs.iter().map(|(id, _)| *id).collect();
         // The records that made the dropped ones dead must be durable before those go: else a
         // power loss could take both a synced record and its unsynced successor.
-        self.sync_log(&mut w, Log::Probation)?;
-        self.sync_log(&mut w, Log::Main)?;
+        self.sync_log(w, Log::Probation)?;
+        self.sync_log(w, Log::Main)?;
         w.append_manifest(ManifestRecord::CompactionCommitted {
             inputs: report.inputs.clone(),
             outputs: report.outputs.clone(),
         })?;
+        *committed = true;
         // Committed: publish the outputs, move the index, then retire the inputs.
         {
             let mut map = self.segments.write().unwrap_or_else(|p| p.into_inner());
-            for o in &outputs {
+            for o in outputs.iter() {
                 map.insert(o.id, o.clone());
             }
         }
@@ -323,8 +377,7 @@ impl StateStore {
         }
         self.sync_segments_dir();
         // A file that could not be removed is still counted here.
-        self.recount_used(&mut w);
-        drop(w);
+        self.recount_used(w);
         tracing::info!(
             inputs = ?report.inputs,
             outputs = ?report.outputs,
@@ -427,11 +480,11 @@ impl StateStore {
             // Copies keep their sequences, which increase within one input only: each input
             // gets outputs of its own.
             if let Some(full) = out.take() {
-                outputs.push(self.seal_output(&mut w, full, &mut report)?);
+                self.seal_output(&mut w, full, &mut report)?;
             }
         }
         if let Some(last) = out.take() {
-            outputs.push(self.seal_output(&mut w, last, &mut report)?);
+            self.seal_output(&mut w, last, &mut report)?;
         }
         if inputs.is_empty() {
             tracing::debug!(phase = "salvage", step = "end", inputs = 0);

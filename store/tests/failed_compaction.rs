@@ -1,0 +1,89 @@
+//! A compaction that fails before its commit leaves nothing behind: the output segments it had
+//! created or sealed are deleted in the manifest and on disk. Left listed, a restart would index
+//! their copies, bringing back records the store had reclaimed or retired meanwhile.
+
+#![expect(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use common::*;
+use orbitkv_store::io::Io;
+use orbitkv_store::io::fault::{FaultIo, FaultPlan};
+use orbitkv_store::{Durability, StateStore};
+
+const SEG: u64 = 24 << 10;
+
+fn put_version(s: &StateStore, i: u64, v: u64) {
+    let p = payload(100 + v, i, 3000);
+    s.put(&[(meta(i), p.as_slice())]).unwrap();
+}
+
+/// Every segment the manifest lists, sealed or active.
+fn listed(s: &StateStore) -> BTreeSet<u64> {
+    s.segment_stats().unwrap().iter().map(|st| st.id).collect()
+}
+
+fn reopen(io: &FaultIo) -> StateStore {
+    StateStore::open(
+        Arc::new(io.clone()) as Arc<dyn Io>,
+        config(SEG, Durability::EveryPut),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_compaction_failing_at_any_sync_leaves_no_output_listed() {
+    let mut failures = 0;
+    for k in 1..=40u64 {
+        let io = FaultIo::new();
+        let s = open(&io, SEG, Durability::EveryPut);
+        for i in 0..40 {
+            put_version(&s, i, 0);
+        }
+        for i in (0..40).step_by(2) {
+            put_version(&s, i, 1);
+        }
+        // Reopened, so the segment active at the end is sealed and listed too.
+        drop(s);
+        let s = reopen(&io);
+        let before = listed(&s);
+        io.set_plan(FaultPlan {
+            fail_sync: Some(k),
+            ..Default::default()
+        });
+        let r = s.compact_below(0.6);
+        io.set_plan(FaultPlan::default());
+        if r.is_ok() {
+            continue;
+        }
+        failures += 1;
+        // Every output is gone, now and after a restart (the page cache intact).
+        let now = listed(&s);
+        assert!(
+            now.is_subset(&before),
+            "sync {k}: {now:?} beyond {before:?}"
+        );
+        drop(s);
+        let s = reopen(&io);
+        let after = listed(&s);
+        assert!(
+            after.is_subset(&before),
+            "sync {k}: after reopening, {after:?} beyond {before:?}"
+        );
+        for i in 0..40u64 {
+            let v = u64::from(i.is_multiple_of(2));
+            assert_eq!(
+                check(&s, 100 + v, i, 3000),
+                Some(true),
+                "sync {k}: record {i}"
+            );
+        }
+    }
+    assert!(failures >= 3, "{failures} compactions failed");
+}
