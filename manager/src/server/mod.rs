@@ -382,9 +382,7 @@ impl Server {
                 "at least one connection must be allowed".into(),
             ));
         }
-        let listener = UnixListener::bind(&path).map_err(|e| io_err("binding", e))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))
-            .map_err(|e| io_err("setting the mode of", e))?;
+        let listener = bind_private(&path).map_err(|e| io_err("binding", e))?;
         listener
             .set_nonblocking(true)
             .map_err(|e| io_err("configuring", e))?;
@@ -524,5 +522,72 @@ pub(crate) fn store_refusal(e: &orbitkv_store::Error, what: &str) -> Refusal {
         orbitkv_store::Retry::Never | orbitkv_store::Retry::Rejected => {
             Refusal::new(ErrorCode::Refused, detail)
         }
+    }
+}
+
+/// Binds the control socket at `path` with mode 0660 from its first moment: bound inside a
+/// fresh directory only the daemon's user can enter, given its mode there, then renamed into
+/// place. (Binding at `path` and then changing the mode would leave it, for a moment, with the
+/// umask's mode.) Where the temporary path would be too long for a socket address, it binds
+/// in place and then sets the mode.
+fn bind_private(path: &Path) -> io::Result<UnixListener> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mode = std::fs::Permissions::from_mode(0o660);
+    let parent = path.parent().unwrap_or(Path::new("."));
+    let dir = parent.join(format!(".okv-{}", std::process::id()));
+    let tmp = dir.join("s");
+    let make = || std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    if let Err(e) = make() {
+        if e.kind() != io::ErrorKind::AlreadyExists {
+            return Err(e);
+        }
+        // Left by an earlier daemon of the same process id that died while binding.
+        let _ = std::fs::remove_file(&tmp);
+        std::fs::remove_dir(&dir)?;
+        make()?;
+    }
+    let bound = UnixListener::bind(&tmp).and_then(|l| {
+        std::fs::set_permissions(&tmp, mode.clone())?;
+        std::fs::rename(&tmp, path)?;
+        Ok(l)
+    });
+    let _ = std::fs::remove_file(&tmp);
+    let _ = std::fs::remove_dir(&dir);
+    match bound {
+        Ok(l) => Ok(l),
+        Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+            let l = UnixListener::bind(path)?;
+            std::fs::set_permissions(path, mode)?;
+            Ok(l)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod bind_tests {
+    use super::*;
+
+    #[test]
+    fn the_socket_is_bound_with_its_mode_and_leaves_no_directory() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("orbitkv.sock");
+        // A directory left by a daemon that died while binding is replaced.
+        std::fs::create_dir(dir.path().join(format!(".okv-{}", std::process::id())))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let l = bind_private(&path).unwrap_or_else(|e| panic!("{e}"));
+        let mode = std::fs::metadata(&path)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o660);
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(left, vec![std::ffi::OsString::from("orbitkv.sock")]);
+        UnixStream::connect(&path).unwrap_or_else(|e| panic!("{e}"));
+        drop(l);
     }
 }
