@@ -3,11 +3,6 @@
 //! for good, a crash at any step loses no live record and resurrects no dead one, and readers
 //! racing a compaction never see wrong bytes.
 
-#![expect(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
-
 mod common;
 
 use std::sync::Arc;
@@ -19,12 +14,6 @@ use orbitkv_store::io::fault::{Crash, FaultIo, FaultPlan};
 use orbitkv_store::{Durability, StateStore};
 
 const SEG: u64 = 24 << 10;
-
-/// Version `v` of record `i`: the payload for seed `100 + v`.
-fn put_version(s: &StateStore, i: u64, v: u64) {
-    let p = payload(100 + v, i, 3000);
-    s.put(&[(meta(i), p.as_slice())]).unwrap();
-}
 
 fn check_version(s: &StateStore, i: u64, v: u64) -> Option<bool> {
     check(s, 100 + v, i, 3000)

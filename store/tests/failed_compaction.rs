@@ -19,11 +19,6 @@ use orbitkv_store::{Durability, StateStore};
 
 const SEG: u64 = 24 << 10;
 
-fn put_version(s: &StateStore, i: u64, v: u64) {
-    let p = payload(100 + v, i, 3000);
-    s.put(&[(meta(i), p.as_slice())]).unwrap();
-}
-
 /// Every segment the manifest lists, sealed or active.
 fn listed(s: &StateStore) -> BTreeSet<u64> {
     s.segment_stats().unwrap().iter().map(|st| st.id).collect()

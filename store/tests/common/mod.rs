@@ -55,6 +55,12 @@ pub fn put_range(store: &StateStore, seed: u64, from: u64, to: u64, len: usize) 
     }
 }
 
+/// Version `v` of record `i` (3000 bytes): the payload for seed `100 + v`.
+pub fn put_version(s: &StateStore, i: u64, v: u64) {
+    let p = payload(100 + v, i, 3000);
+    s.put(&[(meta(i), p.as_slice())]).unwrap();
+}
+
 /// `Some(true)` exact, `Some(false)` different bytes (must never happen), `None` missing.
 pub fn check(store: &StateStore, seed: u64, i: u64, len: usize) -> Option<bool> {
     let mut out = Vec::new();
