@@ -77,6 +77,17 @@ impl Component {
             Component::Auxiliary => "auxiliary",
         }
     }
+
+    /// The component of a [`Component::name`]; unknown names are refused.
+    pub fn from_name(name: &str) -> Result<Self> {
+        Component::ALL
+            .into_iter()
+            .find(|c| c.name() == name)
+            .ok_or_else(|| Error::InvalidField {
+                field: "component",
+                reason: format!("unknown component {name:?}"),
+            })
+    }
 }
 
 impl fmt::Display for Component {
@@ -107,5 +118,13 @@ mod tests {
         }
         assert!(Component::from_code(0).is_err());
         assert!(Component::from_code(9).is_err());
+    }
+
+    #[test]
+    fn names_round_trip_and_unknown_refused() {
+        for c in Component::ALL {
+            assert_eq!(Component::from_name(c.name()).unwrap(), c);
+        }
+        assert!(Component::from_name("kv").is_err());
     }
 }

@@ -135,6 +135,28 @@ impl Dim {
             Dim::State => 7,
         }
     }
+    /// Stable lowercase name (`layer`, `kv_split`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Dim::Layer => "layer",
+            Dim::Page => "page",
+            Dim::Token => "token",
+            Dim::KvHead => "kv_head",
+            Dim::HeadDim => "head_dim",
+            Dim::KvSplit => "kv_split",
+            Dim::State => "state",
+        }
+    }
+    /// The axis of a [`Dim::name`]; unknown names are refused.
+    pub fn from_name(name: &str) -> Result<Self> {
+        Dim::ALL
+            .into_iter()
+            .find(|d| d.name() == name)
+            .ok_or_else(|| Error::InvalidField {
+                field: "layout dimension",
+                reason: format!("unknown dimension {name:?}"),
+            })
+    }
     fn from_code(code: u8) -> Result<Self> {
         Dim::ALL
             .into_iter()
@@ -395,6 +417,14 @@ fn read_label(r: &mut Reader<'_>, what: &'static str) -> Result<Label> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn dim_names_round_trip_and_unknown_refused() {
+        for d in Dim::ALL {
+            assert_eq!(Dim::from_name(d.name()).unwrap(), d);
+        }
+        assert!(Dim::from_name("heads").is_err());
+    }
 
     pub(crate) fn sample(rank: RankSpec) -> StateFormat {
         let l = |v: &str| Label::new("t", v).unwrap();

@@ -329,6 +329,14 @@ impl fmt::Display for StateKey {
 mod tests {
     use super::*;
 
+    #[test]
+    fn domain_names_round_trip_and_unknown_refused() {
+        for d in HashDomain::ALL {
+            assert_eq!(HashDomain::from_name(d.name()).unwrap(), d);
+        }
+        assert!(HashDomain::from_name("vllm/md5").is_err());
+    }
+
     fn key(domain: HashDomain, native: &[u8], component: Component) -> StateKey {
         StateKey::new(
             Namespace([9; 32]),

@@ -6,12 +6,14 @@
 //! - [`wire`]: the bounds-checked field encoding.
 //! - [`miss`]: the miss-reason codes and names.
 //! - [`client`]: the Rust client an engine links.
+//! - [`discover`]: where an engine finds the daemon's socket.
 //!
 //! It depends on the state vocabulary and the GPU bridge only, never on the store.
 
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod discover;
 pub mod error;
 pub mod frame;
 pub mod message;

@@ -33,7 +33,8 @@ pub struct ServeArgs {
     /// The data directory (created if missing) [default: ./orbitkv-data].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
-    /// The control socket [default: DIR/orbitkv.sock].
+    /// The control socket [default: ORBITKV_SOCKET, else the config file's, else
+    /// DIR/orbitkv.sock].
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
     /// Where the Prometheus exporter listens (`127.0.0.1:0` picks a free port)
@@ -194,6 +195,11 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
     let socket = a
         .socket
         .clone()
+        .or_else(|| {
+            std::env::var_os(orbitkv_protocol::discover::SOCKET_VAR)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
         .or_else(|| file.socket.clone())
         .unwrap_or_else(|| data_dir.join("orbitkv.sock"));
     let metrics = a

@@ -61,6 +61,35 @@ impl ErrorCode {
         Self::ALL.iter().position(|s| *s == self).unwrap_or(0) as u16 + 1
     }
 
+    /// Its name in snake case, as clients show it (`retry_later`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            ErrorCode::Malformed => "malformed",
+            ErrorCode::BadToken => "bad_token",
+            ErrorCode::StaleEpoch => "stale_epoch",
+            ErrorCode::SealRefused => "seal_refused",
+            ErrorCode::SealTimeout => "seal_timeout",
+            ErrorCode::LimitExceeded => "limit_exceeded",
+            ErrorCode::UnknownLease => "unknown_lease",
+            ErrorCode::NotPermitted => "not_permitted",
+            ErrorCode::Refused => "refused",
+            ErrorCode::Internal => "internal",
+            ErrorCode::Unsupported => "unsupported",
+            ErrorCode::RetryLater => "retry_later",
+            ErrorCode::UnknownNamespace => "unknown_namespace",
+        }
+    }
+
+    /// Whether the same request may succeed if sent again unchanged: after the retry-after
+    /// (`RetryLater`), once the client holds fewer leases or bytes (`LimitExceeded`), or once
+    /// every rank registers in time (`SealTimeout`). Every other code needs a change first.
+    pub const fn retryable(self) -> bool {
+        matches!(
+            self,
+            ErrorCode::RetryLater | ErrorCode::LimitExceeded | ErrorCode::SealTimeout
+        )
+    }
+
     /// The error of a wire code.
     pub fn from_code(code: u16) -> Result<Self> {
         code.checked_sub(1)

@@ -224,6 +224,24 @@ impl PageStatus {
         Self::ALL.iter().position(|s| *s == self).unwrap_or(0) as u16
     }
 
+    /// Its name in snake case, as clients show it (`stale_generation`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            PageStatus::Ok => "ok",
+            PageStatus::StaleGeneration => "stale_generation",
+            PageStatus::StaleEpoch => "stale_epoch",
+            PageStatus::OutOfRange => "out_of_range",
+            PageStatus::UnknownPool => "unknown_pool",
+            PageStatus::ChangedDuringCopy => "changed_during_copy",
+            PageStatus::BadRecord => "bad_record",
+            PageStatus::Missing => "missing",
+            PageStatus::BadGeometry => "bad_geometry",
+            PageStatus::Refused => "refused",
+            PageStatus::RetryLater => "retry_later",
+            PageStatus::Rejected => "rejected",
+        }
+    }
+
     /// The status of a wire code.
     pub fn from_code(code: u16) -> Result<Self> {
         Self::ALL
