@@ -186,6 +186,9 @@ impl Sessions {
         if let Err(refusal) = check_alone(&reg) {
             return vec![Event::Refused { conn, refusal }];
         }
+        if let Some(refusal) = self.name_held_by_another(conn, &reg) {
+            return vec![Event::Refused { conn, refusal }];
+        }
         let inst = self.instances.entry(reg.instance.clone()).or_default();
         if let Some(p) = inst
             .pending
@@ -358,6 +361,42 @@ impl Sessions {
         gone.iter()
             .filter_map(|t| self.sessions.remove(t))
             .collect()
+    }
+
+    /// A refusal when `reg`'s instance name is held by a live instance (one with sessions
+    /// under its current epoch) of another computation or layout, and `conn` is none of its
+    /// ranks' connections: two engine instances sharing a name would seal over each other, so
+    /// the second is refused rather than allowed to end the first's epoch. The instance's own
+    /// ranks may re-register with another identity (new weights), and a restart of the same
+    /// computation may re-seal.
+    fn name_held_by_another(&self, conn: ConnId, reg: &Register) -> Option<Refusal> {
+        let current = self.instances.get(&reg.instance)?.current?;
+        let mut live = self
+            .sessions
+            .values()
+            .filter(|s| s.instance.name == reg.instance && s.instance.epoch == current);
+        let first = live.clone().next()?;
+        if live.any(|s| s.conn == conn) {
+            return None;
+        }
+        let live = first;
+        let held = &live.instance;
+        let what = if held.identity.digest() != &reg.identity {
+            "computation identity"
+        } else if held.layout.encode() != reg.layout.as_slice() {
+            "storage layout"
+        } else {
+            return None;
+        };
+        Some(Refusal::new(
+            ErrorCode::SealRefused,
+            format!(
+                "instance name {:?} is in use by a live instance with another {what} (epoch {current}, {}); \
+                 give each engine instance on the node its own name (vLLM: kv_transfer_config.engine_id; \
+                 SGLang: the `instance` extra config key)",
+                reg.instance, held.identity
+            ),
+        ))
     }
 
     /// Sessions now.

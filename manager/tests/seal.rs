@@ -232,6 +232,42 @@ fn re_registration_gets_a_new_epoch_and_the_old_one_is_refused() {
 }
 
 #[test]
+fn a_live_instances_name_is_refused_to_another_computation() {
+    let mut s = sessions();
+    let now = Instant::now();
+    let first = sealed(&round(&mut s, now, |_| {}, 0));
+    // Another engine on the node, configured with the same name: refused at once, by name.
+    let mut other = reg(Role::Scheduler, 0);
+    other.identity = [0xEE; 32];
+    let out = refused(&s.register(10, other.clone(), now));
+    assert_eq!(out[0].1, ErrorCode::SealRefused);
+    assert!(
+        out[0].2.contains("in use by a live instance"),
+        "{}",
+        out[0].2
+    );
+    assert!(out[0].2.contains("computation identity"), "{}", out[0].2);
+    let mut relaid = reg(Role::Worker, 0);
+    relaid.layout = layout(32).encode().to_vec();
+    assert!(
+        refused(&s.register(11, relaid, now))[0]
+            .2
+            .contains("storage layout")
+    );
+    // The first instance is untouched.
+    assert!(s.check(&first[0].3, first[0].1).is_ok());
+    // Its own ranks, on their connections, may re-register with new weights.
+    let mut own = reg(Role::Scheduler, 0);
+    own.identity = [0xEE; 32];
+    assert!(s.register(1, own, now).is_empty());
+    // Once the first instance's ranks are gone, the name is free.
+    for conn in 1..=3 {
+        s.disconnect(conn);
+    }
+    assert!(s.register(12, other, now).is_empty());
+}
+
+#[test]
 fn duplicates_bad_ranks_and_disconnects() {
     let mut s = sessions();
     let now = Instant::now();
