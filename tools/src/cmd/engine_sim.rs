@@ -9,9 +9,10 @@ use std::path::PathBuf;
 
 use clap::Args;
 use orbitkv_adapters::identity::{EngineSettings, FingerprintOptions, IdentityEnv, ModelSource};
+use orbitkv_protocol::Role;
 use orbitkv_sim::workload::{Synthetic, trace_tokens};
 use orbitkv_sim::{EngineOptions, Report, SimContract, SimEngine, SimInstance, SimPlacement};
-use orbitkv_state::{EngineKind, IdentityBuilder, ModelDigest};
+use orbitkv_state::{EngineKind, IdentityBuilder, ModelDigest, hex};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -280,6 +281,60 @@ pub struct EngineSimArgs {
     /// Requests to send [default: 32 synthetic, or the whole trace].
     #[arg(long, value_name = "N")]
     requests: Option<usize>,
+    /// Print what each rank would register (identity, layout, formats, pool geometry) and exit
+    /// without connecting: what an adapter built from the same settings must register.
+    #[arg(long)]
+    print_registration: bool,
+}
+
+/// What every rank of `inst` registers, and rank 0's pool of `pages` pages.
+fn registration(inst: &SimInstance, pages: u32) -> Result<(String, Value), Failure> {
+    let refused = |e: orbitkv_state::Error| Failure::refused(e.to_string());
+    let layout = inst.layout().map_err(refused)?;
+    let formats = (0..inst.workers)
+        .map(|r| {
+            let reg = inst.registration(Role::Worker, r).map_err(refused)?;
+            Ok(reg
+                .formats
+                .iter()
+                .map(|f| hex::encode(f))
+                .collect::<Vec<_>>())
+        })
+        .collect::<Result<Vec<_>, Failure>>()?;
+    let spec = inst.pool_spec(1, pages);
+    let groups: Vec<Value> = spec
+        .groups
+        .iter()
+        .map(|g| {
+            json!({
+                "group": g.group, "layers": g.layers, "offset": g.offset,
+                "page_stride": g.page_stride, "layer_stride": g.layer_stride,
+                "layer_bytes": g.layer_bytes, "parts": g.parts, "part_stride": g.part_stride,
+                "layers_inside": g.layers_inside,
+            })
+        })
+        .collect();
+    let text = format!(
+        "instance: {}\nidentity: {}\nlayout: {} ({} bytes, digest {})\npool: {} pages of {} bytes, {} groups\n",
+        inst.name,
+        hex::encode(&inst.identity),
+        hex::encode(layout.encode()),
+        layout.encode().len(),
+        hex::encode(&layout.digest()),
+        spec.pages,
+        spec.page_bytes,
+        spec.groups.len()
+    );
+    let doc = json!({
+        "instance": inst.name,
+        "identity": hex::encode(&inst.identity),
+        "layout": hex::encode(layout.encode()),
+        "layout_digest": hex::encode(&layout.digest()),
+        "formats": formats,
+        "rules": inst.groups().iter().map(|g| json!([g.id, g.rule.name()])).collect::<Vec<_>>(),
+        "pool": {"page_bytes": spec.page_bytes, "pages": spec.pages, "aliased": spec.aliased, "groups": groups},
+    });
+    Ok((text, doc))
 }
 
 /// The report's fields shared by `engine-sim` and `loadgen`'s text output.
@@ -354,6 +409,10 @@ pub fn run(a: &EngineSimArgs, out: &Output) -> Result<(), Failure> {
         .clone()
         .unwrap_or_else(|| format!("engine-sim-{}", std::process::id()));
     let inst = a.instance.instance(&name)?;
+    if a.print_registration {
+        let (text, doc) = registration(&inst, a.instance.pool_pages)?;
+        return out.emit(&text, || doc);
+    }
     let requests = a.instance.requests(a.requests, 32)?;
     if requests.is_empty() {
         return Err(Failure::refused("no requests to send"));
