@@ -1,0 +1,318 @@
+"""Type stubs of the native module (the Rust code in adapters/python/src)."""
+
+from collections.abc import Sequence
+from os import PathLike
+from types import TracebackType
+from typing import Literal
+
+__version__: str
+PROTOCOL_VERSION: int
+SOCKET_VAR: str
+
+class OrbitKVError(Exception):
+    code: str
+    retryable: bool
+    retry_after: float
+    detail: str
+
+class RefusedError(OrbitKVError): ...
+class ConnectionLost(OrbitKVError): ...
+
+class DaemonNotFound(OrbitKVError):
+    tried: list[str]
+
+class ProtocolViolation(OrbitKVError): ...
+class InvalidInput(OrbitKVError): ...
+class TimedOut(OrbitKVError): ...
+
+class Identity:
+    text: str
+    model_dir: str
+    model_digest_kind: Literal["artifacts", "operator"]
+    model_digest: str
+    hashed_bytes: int
+    fields: list[tuple[str, str]]
+    scope: str | None
+    @property
+    def digest(self) -> bytes: ...
+
+def resolve_identity(
+    model: str,
+    *,
+    engine: Literal["vllm", "sglang"],
+    release: str,
+    dtype: str,
+    kv_cache_dtype: str,
+    quantization: str,
+    attention_backend: str,
+    cache_variant: str,
+    settings: Sequence[tuple[str, bytes]] = (),
+    revision: str | None = None,
+    hub_cache: str | PathLike[str] | None = None,
+    lora: bool = False,
+    threads: int | None = None,
+) -> Identity: ...
+def vllm_block_hashes(
+    tokens: Sequence[int],
+    block_size: int,
+    *,
+    algo: Literal["sha256_cbor", "xxhash_cbor"] = "sha256_cbor",
+    seed: str | None = None,
+    parent: bytes | None = None,
+    start_token: int = 0,
+    cache_salt: str | None = None,
+    mm: Sequence[tuple[str, int, int]] = (),
+) -> list[bytes]: ...
+def sglang_page_hashes(
+    tokens: Sequence[int], page_size: int, *, prior: bytes | None = None
+) -> list[bytes]: ...
+def sglang_namespace_seed(
+    extra_key: str | None = None, cache_salt: str | None = None
+) -> bytes | None: ...
+def socket_candidates(socket: str | PathLike[str] | None = None) -> list[str]: ...
+
+Dim = Literal["layer", "page", "token", "kv_head", "head_dim", "kv_split", "state"]
+
+class StateFormat:
+    def __init__(
+        self,
+        *,
+        dtype: str,
+        kv_quant: str,
+        block_tokens: int,
+        layers: int,
+        layout: Sequence[tuple[Dim, int, int]],
+        kv_heads: int,
+        head_size_k: int,
+        head_size_v: int,
+        engine: Literal["vllm", "sglang"],
+        release: str,
+        attention_backend: str,
+        rank: int | Literal["replicated"] | None = None,
+        tensor: int = 1,
+        pipeline: int = 1,
+        context: int = 1,
+    ) -> None: ...
+    @property
+    def record_bytes(self) -> int | None: ...
+    def encode(self) -> bytes: ...
+    def digest(self) -> bytes: ...
+
+class CacheGroup:
+    def __init__(
+        self,
+        *,
+        id: int,
+        component: str,
+        block_tokens: int,
+        page_bytes: int,
+        formats: Sequence[StateFormat],
+    ) -> None: ...
+    @property
+    def id(self) -> int: ...
+    @property
+    def component(self) -> str: ...
+
+class StorageLayout:
+    def __init__(
+        self,
+        groups: Sequence[CacheGroup],
+        *,
+        tensor: int = 1,
+        pipeline: int = 1,
+        context: int = 1,
+    ) -> None: ...
+    def encode(self) -> bytes: ...
+    def digest(self) -> bytes: ...
+    def format_of(self, group: int, rank: int) -> StateFormat | None: ...
+    @property
+    def groups(self) -> list[int]: ...
+
+class GroupGeometry:
+    group: int
+    layers: int
+    offset: int
+    page_stride: int
+    layer_stride: int
+    layer_bytes: int
+    parts: int
+    part_stride: int
+    layers_inside: bool
+    def __init__(
+        self,
+        *,
+        group: int,
+        layers: int,
+        offset: int,
+        page_stride: int,
+        layer_stride: int,
+        layer_bytes: int,
+        parts: int = 1,
+        part_stride: int = 0,
+        layers_inside: bool = False,
+    ) -> None: ...
+    @staticmethod
+    def packed(
+        *,
+        group: int,
+        layers: int,
+        offset: int,
+        layer_stride: int,
+        layer_bytes: int,
+        page_bytes: int,
+    ) -> GroupGeometry: ...
+
+class PoolSpec:
+    def __init__(
+        self,
+        *,
+        pool: int,
+        page_bytes: int,
+        pages: int,
+        groups: Sequence[GroupGeometry],
+        aliased: bool = False,
+    ) -> None: ...
+    @property
+    def pool(self) -> int: ...
+    @property
+    def page_bytes(self) -> int: ...
+    @property
+    def pages(self) -> int: ...
+    @property
+    def aliased(self) -> bool: ...
+    @property
+    def groups(self) -> list[GroupGeometry]: ...
+
+class HostPool:
+    def __init__(self, spec: PoolSpec, *, states_only: bool = False) -> None: ...
+    @property
+    def spec(self) -> PoolSpec: ...
+    @property
+    def fd(self) -> int: ...
+    @property
+    def data_offset(self) -> int: ...
+    def generation(self, index: int) -> int: ...
+    def reuse(self, index: int) -> int: ...
+    def leases(self, index: int) -> int: ...
+    def write_group(self, index: int, group: int, data: bytes | bytearray) -> None: ...
+    def read_group(self, index: int, group: int) -> bytes: ...
+    def write(self, index: int, offset: int, data: bytes | bytearray) -> None: ...
+    def read(self, index: int, offset: int, length: int) -> bytes: ...
+
+class Sealed:
+    @property
+    def session(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def namespace(self) -> bytes: ...
+    @property
+    def token(self) -> bytes: ...
+
+class PoolRegistered:
+    pool: int
+
+class ProofLoad:
+    group: int
+    rank: int
+    blocks: list[int]
+
+class Proof:
+    boundary: int
+    loads: list[ProofLoad]
+
+class Miss:
+    reason: int
+    reason_name: str | None
+    detail: str
+
+class Leased:
+    lease: int
+    ttl_ms: int
+    proof: Proof
+
+class Pages:
+    kind: Literal["loaded", "copied", "durable"]
+    statuses: list[str]
+    retry_after: float
+    @property
+    def all_ok(self) -> bool: ...
+
+class Done:
+    kind: Literal["released", "synced"]
+
+Reply = Sealed | PoolRegistered | Proof | Miss | Leased | Pages | Done | str
+GroupHashes = Sequence[tuple[int, Sequence[bytes]]]
+LoadPage = tuple[int, int, int, int, int, int, int, int]
+PublishPage = tuple[int, int, bytes, bytes, int, int, int, int, int]
+
+class Connection:
+    def __init__(
+        self, socket: str | PathLike[str] | None = None, *, client: str = "orbitkv-python"
+    ) -> None: ...
+    @property
+    def socket(self) -> str: ...
+    @property
+    def server(self) -> str: ...
+    @property
+    def closed(self) -> str | None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Connection: ...
+    def __exit__(
+        self,
+        ty: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+    def wait(self, request: int, timeout: float | None = None) -> Reply: ...
+    def poll(self, request: int) -> Reply | None: ...
+    def forget(self, request: int) -> None: ...
+    def submit_register(
+        self,
+        *,
+        instance: str,
+        role: Literal["scheduler", "worker"],
+        rank: int,
+        workers: int,
+        identity: bytes,
+        layout: bytes,
+        domain: str,
+        rules: Sequence[tuple[int, str, int]],
+        formats: Sequence[bytes] = (),
+        model: str = "",
+        revision: str = "",
+        scope: str = "",
+        seal_timeout_ms: int = 60000,
+        no_scheduler: bool = False,
+    ) -> int: ...
+    def await_seal(self, request: int, timeout: float | None = None) -> Sealed: ...
+    def register_pool(self, token: bytes, pool: HostPool) -> int: ...
+    def register_engine_memory_pool(
+        self, token: bytes, states: HostPool, memory_fd: int, offset: int
+    ) -> int: ...
+    def submit_query(
+        self, token: bytes, epoch: int, origin: int, end: int, groups: GroupHashes
+    ) -> int: ...
+    def query(
+        self, token: bytes, epoch: int, origin: int, end: int, groups: GroupHashes
+    ) -> Proof | Miss: ...
+    def submit_acquire(
+        self, token: bytes, epoch: int, origin: int, end: int, groups: GroupHashes
+    ) -> int: ...
+    def acquire(
+        self, token: bytes, epoch: int, origin: int, end: int, groups: GroupHashes
+    ) -> Leased | Miss: ...
+    def submit_load(
+        self, token: bytes, epoch: int, lease: int, pages: Sequence[LoadPage]
+    ) -> int: ...
+    def load(
+        self, token: bytes, epoch: int, lease: int, pages: Sequence[LoadPage]
+    ) -> list[str]: ...
+    def submit_publish(self, token: bytes, epoch: int, pages: Sequence[PublishPage]) -> int: ...
+    def publish(
+        self, token: bytes, epoch: int, pages: Sequence[PublishPage]
+    ) -> tuple[Pages, Pages]: ...
+    def submit_release(self, token: bytes, lease: int) -> int: ...
+    def release(self, token: bytes, lease: int) -> None: ...
+    def sync(self) -> None: ...
+    def stats(self) -> str: ...

@@ -1,0 +1,56 @@
+"""Finding the daemon: the configured socket, else ORBITKV_SOCKET, else
+./orbitkv-data/orbitkv.sock where it exists, else the packaged service's socket; the error
+lists every path tried."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orbitkv
+import pytest
+from conftest import Daemon
+
+SYSTEM = "/run/orbitkv/orbitkv.sock"
+
+
+def test_the_order_of_candidates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ORBITKV_SOCKET", raising=False)
+    assert orbitkv.socket_candidates() == [SYSTEM]
+    (tmp_path / "orbitkv-data").mkdir()
+    (tmp_path / "orbitkv-data" / "orbitkv.sock").touch()
+    assert orbitkv.socket_candidates() == ["./orbitkv-data/orbitkv.sock", SYSTEM]
+    monkeypatch.setenv("ORBITKV_SOCKET", "/elsewhere/env.sock")
+    assert orbitkv.socket_candidates() == ["/elsewhere/env.sock"]
+    assert orbitkv.socket_candidates("/configured.sock") == ["/configured.sock"]
+
+
+def test_each_source_reaches_the_daemon(
+    daemon: Daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ORBITKV_SOCKET", raising=False)
+    with orbitkv.Connection(daemon.socket) as c:
+        assert c.socket == daemon.socket
+    monkeypatch.setenv("ORBITKV_SOCKET", daemon.socket)
+    with orbitkv.Connection() as c:
+        assert c.socket == daemon.socket and c.server
+    monkeypatch.delenv("ORBITKV_SOCKET")
+    (tmp_path / "orbitkv-data").mkdir()
+    os.symlink(daemon.socket, tmp_path / "orbitkv-data" / "orbitkv.sock")
+    with orbitkv.Connection() as c:
+        assert c.socket == "./orbitkv-data/orbitkv.sock"
+
+
+def test_no_daemon_lists_every_path_tried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ORBITKV_SOCKET", raising=False)
+    (tmp_path / "orbitkv-data").mkdir()
+    (tmp_path / "orbitkv-data" / "orbitkv.sock").touch()
+    with pytest.raises(orbitkv.DaemonNotFound) as e:
+        orbitkv.Connection()
+    assert e.value.tried == ["./orbitkv-data/orbitkv.sock", SYSTEM]
+    assert "./orbitkv-data/orbitkv.sock" in str(e.value) and SYSTEM in str(e.value)
+    assert "ORBITKV_SOCKET" in str(e.value)
+    assert isinstance(e.value, orbitkv.OrbitKVError) and e.value.code == "daemon_not_found"

@@ -1,0 +1,229 @@
+"""A session from Python against a real `orbitkv serve`: register and seal, register pools,
+publish, query, acquire, load byte-exact, a stale generation refused, release; many requests
+outstanding on one connection; typed errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import orbitkv
+import pytest
+from conftest import Daemon
+from engine import Engine, payload, tokens
+
+BLOCKS = 6
+
+
+def publish_request(engine: Engine, rank: int, pool: orbitkv.HostPool, hashes: list[bytes]) -> list:
+    """Writes each block's page of every group into `pool` (page i for block i) and returns
+    the Publish's pages."""
+    pages = []
+    for i, h in enumerate(hashes):
+        generation = pool.reuse(i)
+        for g in engine.groups:
+            pool.write_group(i, g.id, payload(h, g.id, rank, engine.page_bytes()))
+            parent = hashes[i - 1] if i else b""
+            start = i * engine.block_tokens
+            pages.append(
+                (
+                    g.id,
+                    rank,
+                    h,
+                    parent,
+                    start,
+                    start + engine.block_tokens,
+                    pool.spec.pool,
+                    i,
+                    generation,
+                )
+            )
+    return pages
+
+
+def publish_all(
+    engine: Engine, pools: list[orbitkv.HostPool], sealed: list[orbitkv.Sealed], seed: int
+) -> list[bytes]:
+    """Every worker publishes the blocks of request `seed`; returns their hashes."""
+    hashes = orbitkv.vllm_block_hashes(
+        tokens(seed, BLOCKS * engine.block_tokens), engine.block_tokens
+    )
+    for rank, pool in enumerate(pools):
+        conn = engine.worker_conn(rank)
+        copied, durable = conn.publish(
+            sealed[rank].token, sealed[rank].epoch, publish_request(engine, rank, pool, hashes)
+        )
+        assert copied.kind == "copied" and copied.all_ok, copied
+        assert durable.kind == "durable" and durable.all_ok, durable
+    return hashes
+
+
+def register_pools(
+    engine: Engine, sealed: list[orbitkv.Sealed], pages: int
+) -> list[orbitkv.HostPool]:
+    pools = []
+    for rank, s in enumerate(sealed):
+        pool = orbitkv.HostPool(engine.spec(pool=1, pages=pages))
+        assert engine.worker_conn(rank).register_pool(s.token, pool) == 1
+        pools.append(pool)
+    return pools
+
+
+def groups_of(engine: Engine, hashes: list[bytes]) -> list[tuple[int, list[bytes]]]:
+    return [(g.id, hashes) for g in engine.groups]
+
+
+def test_publish_then_another_instance_acquires_loads_byte_exact_and_releases(
+    daemon: Daemon,
+) -> None:
+    producer = Engine("py-producer", workers=2)
+    _, sealed = producer.seal(daemon.socket)
+    pools = register_pools(producer, sealed, BLOCKS)
+    hashes = publish_all(producer, pools, sealed, seed=1)
+
+    consumer = Engine("py-consumer", workers=2)
+    sched, workers = consumer.seal(daemon.socket)
+    assert sched is not None and sched.namespace == sealed[0].namespace
+    consumer_pools = register_pools(consumer, workers, BLOCKS)
+    sconn = consumer.conns[0]
+    end = BLOCKS * consumer.block_tokens
+    proof = sconn.query(sched.token, sched.epoch, 0, end, groups_of(consumer, hashes))
+    assert isinstance(proof, orbitkv.Proof) and proof.boundary == end, proof
+    leased = sconn.acquire(sched.token, sched.epoch, 0, end, groups_of(consumer, hashes))
+    assert isinstance(leased, orbitkv.Leased), leased
+    assert leased.proof.boundary == end
+
+    for load in leased.proof.loads:
+        rank, pool = load.rank, consumer_pools[load.rank]
+        pages = []
+        for block in load.blocks:
+            generation = pool.reuse(block)
+            pages.append((block, load.group, rank, 1, block, generation, 0, consumer.layers))
+        statuses = consumer.worker_conn(rank).load(
+            workers[rank].token, workers[rank].epoch, leased.lease, pages
+        )
+        assert statuses == ["ok"] * len(pages)
+        for block in load.blocks:
+            expected = payload(hashes[block], load.group, rank, consumer.page_bytes())
+            assert pool.read_group(block, load.group) == expected
+
+    # A page reused after its reference was taken: the load is refused for that page alone.
+    pool = consumer_pools[0]
+    stale = pool.generation(0)
+    pool.reuse(0)
+    pages = [
+        (0, 0, 0, 1, 0, stale, 0, consumer.layers),
+        (1, 0, 0, 1, 1, pool.generation(1), 0, consumer.layers),
+    ]
+    statuses = consumer.worker_conn(0).load(workers[0].token, workers[0].epoch, leased.lease, pages)
+    assert statuses == ["stale_generation", "ok"]
+
+    sconn.release(sched.token, leased.lease)
+    with pytest.raises(orbitkv.RefusedError) as refused:
+        consumer.worker_conn(0).load(workers[0].token, workers[0].epoch, leased.lease, pages[1:])
+    assert refused.value.code == "unknown_lease"
+    assert refused.value.retryable is False
+    producer.close()
+    consumer.close()
+
+
+def test_many_requests_outstanding_on_one_connection(daemon: Daemon) -> None:
+    engine = Engine("py-pipelined")
+    sched, sealed = engine.seal(daemon.socket)
+    assert sched is not None
+    pools = register_pools(engine, sealed, BLOCKS)
+    hashes = publish_all(engine, pools, sealed, seed=2)
+    conn = engine.conns[0]
+    end = BLOCKS * engine.block_tokens
+    ids = [
+        conn.submit_query(sched.token, sched.epoch, 0, end, groups_of(engine, hashes))
+        for _ in range(64)
+    ]
+    # Taken in reverse order: each reply was filed under its own request id.
+    for i in reversed(ids):
+        reply = conn.wait(i, timeout=10)
+        assert isinstance(reply, orbitkv.Proof) and reply.boundary == end
+    # poll never blocks; a forgotten request's reply is dropped.
+    first = conn.submit_query(sched.token, sched.epoch, 0, end, groups_of(engine, hashes))
+    second = conn.submit_query(sched.token, sched.epoch, 0, end, groups_of(engine, hashes))
+    conn.forget(first)
+    assert isinstance(conn.wait(second, timeout=10), orbitkv.Proof)
+    assert conn.poll(first) is None
+    with pytest.raises(orbitkv.TimedOut):
+        conn.wait(first, timeout=0.05)
+
+    # A Publish's two replies, polled while the connection serves a Query in between.
+    worker = engine.worker_conn(0)
+    pid = worker.submit_publish(
+        sealed[0].token, sealed[0].epoch, publish_request(engine, 0, pools[0], hashes)
+    )
+    copied = worker.wait(pid, timeout=10)
+    assert isinstance(copied, orbitkv.Pages) and copied.kind == "copied"
+    assert isinstance(
+        conn.query(sched.token, sched.epoch, 0, end, groups_of(engine, hashes)), orbitkv.Proof
+    )
+    durable = worker.wait(pid, timeout=10)
+    assert isinstance(durable, orbitkv.Pages) and durable.kind == "durable" and durable.all_ok
+    engine.close()
+
+
+def test_a_worker_registers_before_its_scheduler(daemon: Daemon) -> None:
+    engine = Engine("py-late-scheduler")
+    worker = orbitkv.Connection(daemon.socket)
+    rid = engine.submit_register(worker, "worker", 0)
+    with pytest.raises(orbitkv.TimedOut):
+        worker.await_seal(rid, timeout=0.5)
+    got: list[orbitkv.Sealed] = []
+    waiter = threading.Thread(target=lambda: got.append(worker.await_seal(rid)))
+    waiter.start()
+    time.sleep(0.5)
+    sched = orbitkv.Connection(daemon.socket)
+    s = sched.await_seal(engine.submit_register(sched, "scheduler", 0))
+    waiter.join(timeout=10)
+    assert got and got[0].epoch == s.epoch
+    # The worker's connection serves requests under its seal.
+    pool = orbitkv.HostPool(engine.spec(pool=3, pages=2))
+    assert worker.register_pool(got[0].token, pool) == 3
+    worker.close()
+    sched.close()
+
+
+def test_an_instance_without_a_scheduler_seals_with_its_workers(daemon: Daemon) -> None:
+    engine = Engine("py-no-scheduler", workers=2, no_scheduler=True)
+    sched, sealed = engine.seal(daemon.socket)
+    assert sched is None and len({s.epoch for s in sealed}) == 1
+    pools = register_pools(engine, sealed, BLOCKS)
+    hashes = publish_all(engine, pools, sealed, seed=3)
+    end = BLOCKS * engine.block_tokens
+    # Worker 0 queries for its instance, as SGLang's ranks do.
+    proof = engine.worker_conn(0).query(
+        sealed[0].token, sealed[0].epoch, 0, end, groups_of(engine, hashes)
+    )
+    assert isinstance(proof, orbitkv.Proof) and proof.boundary == end
+    engine.close()
+
+
+def test_a_live_instances_name_is_refused_to_another_computation(daemon: Daemon) -> None:
+    first = Engine("py-shared-name")
+    first.seal(daemon.socket)
+    other = Engine("py-shared-name", model="py/another-model")
+    conn = orbitkv.Connection(daemon.socket)
+    with pytest.raises(orbitkv.RefusedError) as refused:
+        conn.await_seal(other.submit_register(conn, "scheduler", 0), timeout=10)
+    assert refused.value.code == "seal_refused"
+    assert "in use by a live instance" in refused.value.detail
+    conn.close()
+    first.close()
+
+
+def test_a_forged_token_is_refused_with_its_reason(daemon: Daemon) -> None:
+    conn = orbitkv.Connection(daemon.socket)
+    with pytest.raises(orbitkv.RefusedError) as refused:
+        conn.query(b"\x01" * 32, 1, 0, 4, [(0, [b"\x02" * 32])])
+    assert refused.value.code == "bad_token"
+    assert refused.value.retryable is False
+    with pytest.raises(orbitkv.InvalidInput):
+        conn.query(b"short", 1, 0, 4, [(0, [b"\x02" * 32])])
+    conn.close()
+    with pytest.raises(orbitkv.ConnectionLost):
+        conn.query(b"\x01" * 32, 1, 0, 4, [(0, [b"\x02" * 32])])
