@@ -172,6 +172,14 @@ fn drainer(shared: &Shared) {
     }
 }
 
+/// Why a request was not sent.
+enum Unsent {
+    /// It cannot be encoded (a field past its bounds).
+    Bad(String),
+    /// The socket failed.
+    Io(std::io::Error),
+}
+
 struct Sender {
     stream: UnixStream,
     next: u64,
@@ -181,7 +189,8 @@ struct Sender {
 ///
 /// `Connection(socket=None)` finds the daemon as every adapter does: `socket` when given, else
 /// `ORBITKV_SOCKET`, else `./orbitkv-data/orbitkv.sock` where it exists, else
-/// `/run/orbitkv/orbitkv.sock`; `DaemonNotFound` lists the paths tried.
+/// `/run/orbitkv/orbitkv.sock`; `DaemonNotFound` lists the paths tried. A daemon that does not
+/// answer the handshake within `handshake_timeout` seconds is `ConnectionLost`.
 ///
 /// Every submitted request's replies must be taken (`wait`, `poll`) or dropped (`forget`):
 /// the connection keeps them until then.
@@ -263,21 +272,25 @@ fn token(py: Python<'_>, t: &[u8]) -> PyResult<Token> {
 
 impl Connection {
     fn send(&self, py: Python<'_>, m: &Message) -> PyResult<u64> {
-        let mut s = self.sender.lock().unwrap_or_else(|e| e.into_inner());
-        let id = s.next;
-        s.next += 1;
-        let frame = m
-            .encode_frame(id)
-            .map_err(|e| invalid(py, format!("request: {e}")))?;
-        // A blocking write: the daemon drains every connection's requests as they come.
-        s.stream
-            .write_all(&frame)
-            .map_err(|e| lost(py, format!("sending to {}: {e}", self.socket.display())))?;
-        Ok(id)
+        // All without the GIL: a daemon slow to read holds up only this thread, and no thread
+        // ever holds the sender while it waits for the GIL (that would deadlock against one
+        // holding the GIL while it waits for the sender).
+        let sent = py.detach(|| {
+            let mut s = self.sender.lock().unwrap_or_else(|e| e.into_inner());
+            let id = s.next;
+            s.next += 1;
+            let frame = m.encode_frame(id).map_err(|e| Unsent::Bad(e.to_string()))?;
+            s.stream.write_all(&frame).map_err(Unsent::Io)?;
+            Ok(id)
+        });
+        sent.map_err(|e| match e {
+            Unsent::Io(e) => lost(py, format!("sending to {}: {e}", self.socket.display())),
+            Unsent::Bad(e) => invalid(py, format!("request: {e}")),
+        })
     }
 
     /// Sends `m` with descriptors beside it; the GIL is held throughout (see
-    /// [`with_borrowed`]).
+    /// [`with_borrowed`]): the sender's holders never wait for the GIL, so this cannot deadlock.
     fn send_with(&self, py: Python<'_>, m: &Message, fds: &[i32]) -> PyResult<u64> {
         let mut s = self.sender.lock().unwrap_or_else(|e| e.into_inner());
         let id = s.next;
@@ -420,8 +433,13 @@ fn query_request(
 #[pymethods]
 impl Connection {
     #[new]
-    #[pyo3(signature = (socket = None, *, client = "orbitkv-python"))]
-    fn new(py: Python<'_>, socket: Option<PathBuf>, client: &str) -> PyResult<Self> {
+    #[pyo3(signature = (socket = None, *, client = "orbitkv-python", handshake_timeout = 10.0))]
+    fn new(
+        py: Python<'_>,
+        socket: Option<PathBuf>,
+        client: &str,
+        handshake_timeout: f64,
+    ) -> PyResult<Self> {
         let (mut stream, path) =
             py.detach(|| discover::connect(socket.as_deref()))
                 .map_err(|e| {
@@ -441,9 +459,24 @@ impl Connection {
         }
         .encode_frame(1)
         .map_err(|e| invalid(py, format!("client name: {e}")))?;
+        // Something else listening there, or a daemon that never answers, ends the handshake
+        // after `handshake_timeout` rather than hanging the engine's start-up.
+        let limit = match handshake_timeout {
+            t if t.is_finite() && t > 0.0 => Duration::from_secs_f64(t),
+            t => {
+                return Err(invalid(
+                    py,
+                    format!("handshake_timeout {t}: seconds, above 0"),
+                ));
+            }
+        };
         let welcome = py.detach(|| -> Result<Message, String> {
+            stream
+                .set_read_timeout(Some(limit))
+                .map_err(|e| e.to_string())?;
             stream.write_all(&hello).map_err(|e| e.to_string())?;
             let (h, body) = read_frame(&mut stream, DEFAULT_MAX_BODY).map_err(|e| e.to_string())?;
+            stream.set_read_timeout(None).map_err(|e| e.to_string())?;
             Message::decode(h.kind, &body).map_err(|e| e.to_string())
         });
         let (server, max_body) = match welcome {

@@ -15,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 REPO = Path(__file__).resolve().parents[3]
+SEND_TIMEOUT_MS = 1000
 
 
 def orbitkv_bin() -> str:
@@ -35,10 +36,16 @@ class Daemon:
         self.socket = str(root / "orbitkv.sock")
         self.log = root / "serve.log"
         self._log = self.log.open("w")
+        # A peer that leaves its replies unread for a second is disconnected: the tests show
+        # the package never does.
+        config = root / "orbitkv.toml"
+        config.write_text(f"[limits]\nsend_timeout_ms = {SEND_TIMEOUT_MS}\n")
         self.proc = subprocess.Popen(
             [
                 orbitkv_bin(),
                 "serve",
+                "--config",
+                str(config),
                 "--data-dir",
                 str(root / "data"),
                 "--socket",

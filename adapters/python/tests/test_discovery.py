@@ -5,6 +5,8 @@ lists every path tried."""
 from __future__ import annotations
 
 import os
+import socket
+import time
 from pathlib import Path
 
 import orbitkv
@@ -54,3 +56,14 @@ def test_no_daemon_lists_every_path_tried(tmp_path: Path, monkeypatch: pytest.Mo
     assert "./orbitkv-data/orbitkv.sock" in str(e.value) and SYSTEM in str(e.value)
     assert "ORBITKV_SOCKET" in str(e.value)
     assert isinstance(e.value, orbitkv.OrbitKVError) and e.value.code == "daemon_not_found"
+
+
+def test_a_listener_that_never_answers_ends_the_handshake(tmp_path: Path) -> None:
+    path = str(tmp_path / "silent.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+        silent.bind(path)
+        silent.listen(1)
+        start = time.monotonic()
+        with pytest.raises(orbitkv.ConnectionLost):
+            orbitkv.Connection(path, handshake_timeout=0.3)
+        assert time.monotonic() - start < 5

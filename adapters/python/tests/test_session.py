@@ -9,7 +9,7 @@ import time
 
 import orbitkv
 import pytest
-from conftest import Daemon
+from conftest import SEND_TIMEOUT_MS, Daemon
 from engine import Engine, payload, tokens
 
 BLOCKS = 6
@@ -227,3 +227,51 @@ def test_a_forged_token_is_refused_with_its_reason(daemon: Daemon) -> None:
     conn.close()
     with pytest.raises(orbitkv.ConnectionLost):
         conn.query(b"\x01" * 32, 1, 0, 4, [(0, [b"\x02" * 32])])
+
+
+def test_threads_share_one_connection(daemon: Daemon) -> None:
+    """Four threads submit and wait on one connection at once: whichever reads the socket
+    files the others' replies, and each gets its own."""
+    engine = Engine("py-threads")
+    sched, sealed = engine.seal(daemon.socket)
+    assert sched is not None
+    pools = register_pools(engine, sealed, BLOCKS)
+    hashes = publish_all(engine, pools, sealed, seed=4)
+    conn = engine.conns[0]
+    errors: list[BaseException] = []
+
+    def ask(blocks: int) -> None:
+        try:
+            end = blocks * engine.block_tokens
+            for _ in range(200):
+                proof = conn.query(sched.token, sched.epoch, 0, end, [(0, hashes[:blocks])])
+                assert isinstance(proof, orbitkv.Proof) and proof.boundary == end, proof
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=ask, args=(b,)) for b in range(1, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    engine.close()
+
+
+def test_replies_left_unread_are_kept_and_the_connection_stays_open(daemon: Daemon) -> None:
+    """Thousands of replies nobody waits for yet: the drainer reads them off the socket, so
+    the daemon never finds the connection unread, and each is there when asked for."""
+    engine = Engine("py-unread")
+    sched, sealed = engine.seal(daemon.socket)
+    assert sched is not None
+    pools = register_pools(engine, sealed, BLOCKS)
+    hashes = publish_all(engine, pools, sealed, seed=5)
+    conn = engine.conns[0]
+    end = BLOCKS * engine.block_tokens
+    # More than the socket holds; left longer than the daemon waits for a peer to read.
+    ids = [conn.submit_query(sched.token, sched.epoch, 0, end, [(0, hashes)]) for _ in range(5000)]
+    time.sleep(2.5 * SEND_TIMEOUT_MS / 1000)
+    assert conn.closed is None
+    for i in ids:
+        assert isinstance(conn.poll(i), orbitkv.Proof)
+    engine.close()

@@ -248,7 +248,11 @@ PublishPage = tuple[int, int, bytes, bytes, int, int, int, int, int]
 
 class Connection:
     def __init__(
-        self, socket: str | PathLike[str] | None = None, *, client: str = "orbitkv-python"
+        self,
+        socket: str | PathLike[str] | None = None,
+        *,
+        client: str = "orbitkv-python",
+        handshake_timeout: float = 10.0,
     ) -> None: ...
     @property
     def socket(self) -> str: ...
