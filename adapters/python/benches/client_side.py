@@ -33,8 +33,9 @@ class Instance:
 
     def __init__(self, socket: str, name: str, engine: Engine, pages: int) -> None:
         self.engine = engine
-        self.sched, sealed = engine.seal(socket)
-        assert self.sched is not None
+        sched, sealed = engine.seal(socket)
+        assert sched is not None
+        self.sched: orbitkv.Sealed = sched
         self.worker = sealed[0]
         self.pool = orbitkv.HostPool(engine.spec(pool=1, pages=pages))
         engine.worker_conn(0).register_pool(self.worker.token, self.pool)

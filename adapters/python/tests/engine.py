@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import Literal
 
 import orbitkv
 
@@ -131,7 +132,9 @@ class Engine:
             pool=pool, page_bytes=page, pages=pages, groups=geometry, aliased=self.aliased
         )
 
-    def submit_register(self, conn: orbitkv.Connection, role: str, rank: int) -> int:
+    def submit_register(
+        self, conn: orbitkv.Connection, role: Literal["scheduler", "worker"], rank: int
+    ) -> int:
         formats = [self.format(rank).encode() for _ in self.groups] if role == "worker" else []
         return conn.submit_register(
             instance=self.name,

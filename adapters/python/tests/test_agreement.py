@@ -68,15 +68,23 @@ def test_hashes_equal_the_cli() -> None:
         orbitkv.vllm_block_hashes(tokens, 16, algo="xxhash_cbor")
 
 
-SETTINGS = {
-    "engine": "vllm",
-    "release": "0.33.0",
-    "dtype": "bfloat16",
-    "kv_cache_dtype": "fp8_e4m3",
-    "quantization": "none",
-    "attention_backend": "FLASH_ATTN",
-    "cache_variant": "paged",
-}
+def resolve(
+    model: Path, *, kv_cache_dtype: str = "fp8_e4m3", lora: bool = False
+) -> orbitkv.Identity:
+    """The identity of `model` under the settings FLAGS gives the CLI."""
+    return orbitkv.resolve_identity(
+        str(model),
+        engine="vllm",
+        release="0.33.0",
+        dtype="bfloat16",
+        kv_cache_dtype=kv_cache_dtype,
+        quantization="none",
+        attention_backend="FLASH_ATTN",
+        cache_variant="paged",
+        lora=lora,
+    )
+
+
 FLAGS = [
     "--engine", "vllm@0.33.0", "--dtype", "bfloat16", "--kv-dtype", "fp8_e4m3",
     "--quantization", "none", "--attention-backend", "FLASH_ATTN", "--cache-variant", "paged",
@@ -95,7 +103,7 @@ def test_identity_equals_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("ORBITKV_MODEL_FINGERPRINT", raising=False)
     monkeypatch.delenv("ORBITKV_CACHE_SCOPE", raising=False)
     d = model_dir(tmp_path)
-    ident = orbitkv.resolve_identity(str(d), **SETTINGS)
+    ident = resolve(d)
     expected = cli("identity", str(d), *FLAGS)
     assert ident.text == expected["identity"]
     assert ident.digest.hex() == expected["identity"].removeprefix("v1:")
@@ -104,14 +112,14 @@ def test_identity_equals_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert ident.fields == [(f["name"], f["value"]) for f in expected["fields"]]
     # Any byte of the weights changes it.
     (d / "model.safetensors").write_bytes(os.urandom(1 << 16))
-    assert orbitkv.resolve_identity(str(d), **SETTINGS).text != ident.text
+    assert resolve(d).text != ident.text
 
     # The operator's digest replaces reading the files; the scope stays out of the identity.
     digest = "ab" * 32
     env = {**os.environ, "ORBITKV_MODEL_FINGERPRINT": digest, "ORBITKV_CACHE_SCOPE": "tenant-a"}
     monkeypatch.setenv("ORBITKV_MODEL_FINGERPRINT", digest)
     monkeypatch.setenv("ORBITKV_CACHE_SCOPE", "tenant-a")
-    ident = orbitkv.resolve_identity(str(d), **SETTINGS)
+    ident = resolve(d)
     expected = cli("identity", str(d), *FLAGS, env=env)
     assert ident.text == expected["identity"]
     assert ident.model_digest_kind == "operator" and ident.scope == "tenant-a"
@@ -120,12 +128,12 @@ def test_identity_equals_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_identity_refuses_lora_and_a_missing_setting(tmp_path: Path) -> None:
     d = model_dir(tmp_path)
     with pytest.raises(orbitkv.InvalidInput) as e:
-        orbitkv.resolve_identity(str(d), **SETTINGS, lora=True)
+        resolve(d, lora=True)
     assert "LoRA" in str(e.value) or "lora" in str(e.value)
     with pytest.raises(TypeError):
         orbitkv.resolve_identity(str(d), engine="vllm")  # type: ignore[call-arg]
     with pytest.raises(orbitkv.InvalidInput):
-        orbitkv.resolve_identity(str(tmp_path / "absent"), **SETTINGS)
+        resolve(tmp_path / "absent")
 
 
 @pytest.mark.parametrize(
@@ -160,5 +168,5 @@ def test_layout_formats_and_pool_equal_the_cli(
 
     got = [placed({k: getattr(g, k) for k in expected["pool"]["groups"][0]}) for g in spec.groups]
     assert got == [placed(g) for g in expected["pool"]["groups"]]
-    ident = orbitkv.resolve_identity(str(d), **{**SETTINGS, "kv_cache_dtype": "bfloat16"})
+    ident = resolve(d, kv_cache_dtype="bfloat16")
     assert ident.digest.hex() == expected["identity"]

@@ -3,7 +3,41 @@
 from collections.abc import Sequence
 from os import PathLike
 from types import TracebackType
-from typing import Literal
+from typing import Literal, final
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "SOCKET_VAR",
+    "CacheGroup",
+    "Connection",
+    "ConnectionLost",
+    "DaemonNotFound",
+    "Done",
+    "GroupGeometry",
+    "HostPool",
+    "Identity",
+    "InvalidInput",
+    "Leased",
+    "Miss",
+    "OrbitKVError",
+    "Pages",
+    "PoolRegistered",
+    "PoolSpec",
+    "Proof",
+    "ProofLoad",
+    "ProtocolViolation",
+    "RefusedError",
+    "Sealed",
+    "StateFormat",
+    "StorageLayout",
+    "TimedOut",
+    "__version__",
+    "resolve_identity",
+    "sglang_namespace_seed",
+    "sglang_page_hashes",
+    "socket_candidates",
+    "vllm_block_hashes",
+]
 
 __version__: str
 PROTOCOL_VERSION: int
@@ -25,6 +59,7 @@ class ProtocolViolation(OrbitKVError): ...
 class InvalidInput(OrbitKVError): ...
 class TimedOut(OrbitKVError): ...
 
+@final
 class Identity:
     text: str
     model_dir: str
@@ -46,7 +81,7 @@ def resolve_identity(
     quantization: str,
     attention_backend: str,
     cache_variant: str,
-    settings: Sequence[tuple[str, bytes]] = (),
+    settings: Sequence[tuple[str, bytes]] = ...,
     revision: str | None = None,
     hub_cache: str | PathLike[str] | None = None,
     lora: bool = False,
@@ -61,7 +96,7 @@ def vllm_block_hashes(
     parent: bytes | None = None,
     start_token: int = 0,
     cache_salt: str | None = None,
-    mm: Sequence[tuple[str, int, int]] = (),
+    mm: Sequence[tuple[str, int, int]] = ...,
 ) -> list[bytes]: ...
 def sglang_page_hashes(
     tokens: Sequence[int], page_size: int, *, prior: bytes | None = None
@@ -71,17 +106,18 @@ def sglang_namespace_seed(
 ) -> bytes | None: ...
 def socket_candidates(socket: str | PathLike[str] | None = None) -> list[str]: ...
 
-Dim = Literal["layer", "page", "token", "kv_head", "head_dim", "kv_split", "state"]
+_Dim = Literal["layer", "page", "token", "kv_head", "head_dim", "kv_split", "state"]
 
+@final
 class StateFormat:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         dtype: str,
         kv_quant: str,
         block_tokens: int,
         layers: int,
-        layout: Sequence[tuple[Dim, int, int]],
+        layout: Sequence[tuple[_Dim, int, int]],
         kv_heads: int,
         head_size_k: int,
         head_size_v: int,
@@ -92,42 +128,45 @@ class StateFormat:
         tensor: int = 1,
         pipeline: int = 1,
         context: int = 1,
-    ) -> None: ...
+    ) -> StateFormat: ...
     @property
     def record_bytes(self) -> int | None: ...
     def encode(self) -> bytes: ...
     def digest(self) -> bytes: ...
 
+@final
 class CacheGroup:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         id: int,
         component: str,
         block_tokens: int,
         page_bytes: int,
         formats: Sequence[StateFormat],
-    ) -> None: ...
+    ) -> CacheGroup: ...
     @property
     def id(self) -> int: ...
     @property
     def component(self) -> str: ...
 
+@final
 class StorageLayout:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         groups: Sequence[CacheGroup],
         *,
         tensor: int = 1,
         pipeline: int = 1,
         context: int = 1,
-    ) -> None: ...
+    ) -> StorageLayout: ...
     def encode(self) -> bytes: ...
     def digest(self) -> bytes: ...
     def format_of(self, group: int, rank: int) -> StateFormat | None: ...
     @property
     def groups(self) -> list[int]: ...
 
+@final
 class GroupGeometry:
     group: int
     layers: int
@@ -138,8 +177,8 @@ class GroupGeometry:
     parts: int
     part_stride: int
     layers_inside: bool
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         group: int,
         layers: int,
@@ -150,7 +189,7 @@ class GroupGeometry:
         parts: int = 1,
         part_stride: int = 0,
         layers_inside: bool = False,
-    ) -> None: ...
+    ) -> GroupGeometry: ...
     @staticmethod
     def packed(
         *,
@@ -162,16 +201,17 @@ class GroupGeometry:
         page_bytes: int,
     ) -> GroupGeometry: ...
 
+@final
 class PoolSpec:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         pool: int,
         page_bytes: int,
         pages: int,
         groups: Sequence[GroupGeometry],
         aliased: bool = False,
-    ) -> None: ...
+    ) -> PoolSpec: ...
     @property
     def pool(self) -> int: ...
     @property
@@ -183,8 +223,9 @@ class PoolSpec:
     @property
     def groups(self) -> list[GroupGeometry]: ...
 
+@final
 class HostPool:
-    def __init__(self, spec: PoolSpec, *, states_only: bool = False) -> None: ...
+    def __new__(cls, spec: PoolSpec, *, states_only: bool = False) -> HostPool: ...
     @property
     def spec(self) -> PoolSpec: ...
     @property
@@ -199,6 +240,7 @@ class HostPool:
     def write(self, index: int, offset: int, data: bytes | bytearray) -> None: ...
     def read(self, index: int, offset: int, length: int) -> bytes: ...
 
+@final
 class Sealed:
     @property
     def session(self) -> int: ...
@@ -209,28 +251,34 @@ class Sealed:
     @property
     def token(self) -> bytes: ...
 
+@final
 class PoolRegistered:
     pool: int
 
+@final
 class ProofLoad:
     group: int
     rank: int
     blocks: list[int]
 
+@final
 class Proof:
     boundary: int
     loads: list[ProofLoad]
 
+@final
 class Miss:
     reason: int
     reason_name: str | None
     detail: str
 
+@final
 class Leased:
     lease: int
     ttl_ms: int
     proof: Proof
 
+@final
 class Pages:
     kind: Literal["loaded", "copied", "durable"]
     statuses: list[str]
@@ -238,22 +286,24 @@ class Pages:
     @property
     def all_ok(self) -> bool: ...
 
+@final
 class Done:
     kind: Literal["released", "synced"]
 
-Reply = Sealed | PoolRegistered | Proof | Miss | Leased | Pages | Done | str
-GroupHashes = Sequence[tuple[int, Sequence[bytes]]]
-LoadPage = tuple[int, int, int, int, int, int, int, int]
-PublishPage = tuple[int, int, bytes, bytes, int, int, int, int, int]
+_Reply = Sealed | PoolRegistered | Proof | Miss | Leased | Pages | Done | str
+_GroupHashes = Sequence[tuple[int, Sequence[bytes]]]
+_LoadPage = tuple[int, int, int, int, int, int, int, int]
+_PublishPage = tuple[int, int, bytes, bytes, int, int, int, int, int]
 
+@final
 class Connection:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         socket: str | PathLike[str] | None = None,
         *,
         client: str = "orbitkv-python",
         handshake_timeout: float = 10.0,
-    ) -> None: ...
+    ) -> Connection: ...
     @property
     def socket(self) -> str: ...
     @property
@@ -268,8 +318,8 @@ class Connection:
         value: BaseException | None,
         tb: TracebackType | None,
     ) -> None: ...
-    def wait(self, request: int, timeout: float | None = None) -> Reply: ...
-    def poll(self, request: int) -> Reply | None: ...
+    def wait(self, request: int, timeout: float | None = None) -> _Reply: ...
+    def poll(self, request: int) -> _Reply | None: ...
     def forget(self, request: int) -> None: ...
     def submit_register(
         self,
@@ -282,10 +332,10 @@ class Connection:
         layout: bytes,
         domain: str,
         rules: Sequence[tuple[int, str, int]],
-        formats: Sequence[bytes] = (),
-        model: str = "",
-        revision: str = "",
-        scope: str = "",
+        formats: Sequence[bytes] = ...,
+        model: str = ...,
+        revision: str = ...,
+        scope: str = ...,
         seal_timeout_ms: int = 60000,
         no_scheduler: bool = False,
     ) -> int: ...
@@ -295,26 +345,26 @@ class Connection:
         self, token: bytes, states: HostPool, memory_fd: int, offset: int
     ) -> int: ...
     def submit_query(
-        self, token: bytes, epoch: int, origin: int, end: int, groups: GroupHashes
+        self, token: bytes, epoch: int, origin: int, end: int, groups: _GroupHashes
     ) -> int: ...
     def query(
-        self, token: bytes, epoch: int, origin: int, end: int, groups: GroupHashes
+        self, token: bytes, epoch: int, origin: int, end: int, groups: _GroupHashes
     ) -> Proof | Miss: ...
     def submit_acquire(
-        self, token: bytes, epoch: int, origin: int, end: int, groups: GroupHashes
+        self, token: bytes, epoch: int, origin: int, end: int, groups: _GroupHashes
     ) -> int: ...
     def acquire(
-        self, token: bytes, epoch: int, origin: int, end: int, groups: GroupHashes
+        self, token: bytes, epoch: int, origin: int, end: int, groups: _GroupHashes
     ) -> Leased | Miss: ...
     def submit_load(
-        self, token: bytes, epoch: int, lease: int, pages: Sequence[LoadPage]
+        self, token: bytes, epoch: int, lease: int, pages: Sequence[_LoadPage]
     ) -> int: ...
     def load(
-        self, token: bytes, epoch: int, lease: int, pages: Sequence[LoadPage]
+        self, token: bytes, epoch: int, lease: int, pages: Sequence[_LoadPage]
     ) -> list[str]: ...
-    def submit_publish(self, token: bytes, epoch: int, pages: Sequence[PublishPage]) -> int: ...
+    def submit_publish(self, token: bytes, epoch: int, pages: Sequence[_PublishPage]) -> int: ...
     def publish(
-        self, token: bytes, epoch: int, pages: Sequence[PublishPage]
+        self, token: bytes, epoch: int, pages: Sequence[_PublishPage]
     ) -> tuple[Pages, Pages]: ...
     def submit_release(self, token: bytes, lease: int) -> int: ...
     def release(self, token: bytes, lease: int) -> None: ...
