@@ -18,6 +18,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("PROTOCOL_VERSION", orbitkv_protocol::VERSION)?;
     m.add("SOCKET_VAR", orbitkv_protocol::discover::SOCKET_VAR)?;
+    m.add("MAX_NAME", orbitkv_protocol::message::MAX_NAME)?;
     errors::add(m)?;
     m.add_function(wrap_pyfunction!(identity::resolve_identity, m)?)?;
     m.add_function(wrap_pyfunction!(identity::vllm_block_hashes, m)?)?;

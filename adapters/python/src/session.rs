@@ -22,7 +22,7 @@ use pyo3::types::PyBytes;
 use orbitkv_gpu_bridge::fdpass::send_with_fds;
 use orbitkv_gpu_bridge::{PageMemory, PageRef, PoolId};
 use orbitkv_protocol::message::{
-    GroupHashes, LoadPage, LoadRequest, Proof as WireProof, PublishPage, PublishRequest,
+    GroupHashes, LoadPage, LoadRequest, MAX_NAME, Proof as WireProof, PublishPage, PublishRequest,
     QueryRequest, Register, Token,
 };
 use orbitkv_protocol::{DEFAULT_MAX_BODY, Message, PageStatus, Role, discover, read_frame};
@@ -634,6 +634,12 @@ impl Connection {
         seal_timeout_ms: u32,
         no_scheduler: bool,
     ) -> PyResult<u64> {
+        if instance.is_empty() || instance.len() > MAX_NAME {
+            return Err(invalid(
+                py,
+                format!("instance name {instance:?}: 1 to {MAX_NAME} bytes"),
+            ));
+        }
         let role = match role {
             "scheduler" => Role::Scheduler,
             "worker" => Role::Worker,

@@ -67,3 +67,20 @@ def test_a_listener_that_never_answers_ends_the_handshake(tmp_path: Path) -> Non
         with pytest.raises(orbitkv.ConnectionLost):
             orbitkv.Connection(path, handshake_timeout=0.3)
         assert time.monotonic() - start < 5
+
+
+def test_instance_names(daemon: Daemon) -> None:
+    assert orbitkv.naming.vllm_instance("engine-7_dp1") == "engine-7_dp1"
+    assert orbitkv.naming.sglang_instance(None, 30000, 1) == "sglang-30000-dp1"
+    assert orbitkv.naming.sglang_instance({"instance": "a"}, 30000, 0) == "a"
+    for bad in ["", "x" * (orbitkv.MAX_NAME + 1)]:
+        with pytest.raises(orbitkv.InvalidInput):
+            orbitkv.naming.vllm_instance(bad)
+    with pytest.raises(orbitkv.InvalidInput):
+        orbitkv.naming.sglang_instance({"instance": 7}, 30000, 0)
+    # The client refuses a name the daemon could not take, before sending it.
+    with orbitkv.Connection(daemon.socket) as c, pytest.raises(orbitkv.InvalidInput):
+        c.submit_register(
+            instance="x" * (orbitkv.MAX_NAME + 1), role="scheduler", rank=0, workers=1,
+            identity=bytes(32), layout=b"", domain="vllm/sha256_cbor", rules=[],
+        )  # fmt: skip

@@ -13,13 +13,16 @@ computed by the daemon's own Rust code and never rewritten in Python:
 - ``vllm_block_hashes``, ``sglang_page_hashes``, ``sglang_namespace_seed``: the engines' own
   prefix hashes, for self-checks;
 - ``Connection``: a session with the daemon, many requests outstanding at once; calls that wait
-  release the GIL.
+  release the GIL;
+- ``naming``: each engine instance's name on the node.
 
 Errors are ``OrbitKVError`` subclasses carrying ``code``, ``retryable``, ``retry_after`` and
 ``detail``.
 """
 
+from orbitkv import naming
 from orbitkv._native import (
+    MAX_NAME,
     PROTOCOL_VERSION,
     SOCKET_VAR,
     CacheGroup,
@@ -54,6 +57,7 @@ from orbitkv._native import (
 )
 
 __all__ = [
+    "MAX_NAME",
     "PROTOCOL_VERSION",
     "SOCKET_VAR",
     "CacheGroup",
@@ -80,6 +84,7 @@ __all__ = [
     "StorageLayout",
     "TimedOut",
     "__version__",
+    "naming",
     "resolve_identity",
     "sglang_namespace_seed",
     "sglang_page_hashes",

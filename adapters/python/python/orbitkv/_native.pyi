@@ -6,6 +6,7 @@ from types import TracebackType
 from typing import Literal, final
 
 __all__ = [
+    "MAX_NAME",
     "PROTOCOL_VERSION",
     "SOCKET_VAR",
     "CacheGroup",
@@ -41,6 +42,7 @@ __all__ = [
 
 __version__: str
 PROTOCOL_VERSION: int
+MAX_NAME: int
 SOCKET_VAR: str
 
 class OrbitKVError(Exception):
