@@ -32,7 +32,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 use orbitkv_benches::raw_uring::RawUring;
-use orbitkv_benches::{Daemon, Sealed, env_u64, median_of as median};
+use orbitkv_benches::{Daemon, Sealed, block_hash as hash, env_u64, median_of as median};
 use orbitkv_gpu_bridge::{HostPool, PageRef};
 use orbitkv_protocol::client::Client;
 use orbitkv_protocol::message::{GroupHashes, PublishPage, PublishRequest, QueryRequest};
@@ -60,15 +60,6 @@ fn instance(name: &str, layers: u32) -> SimInstance {
     s.kv_heads = 8;
     s.head_size = 128;
     s
-}
-
-fn hash(salt: u32, round: u32, block: u32) -> Vec<u8> {
-    let mut h = vec![0u8; 32];
-    h[..4].copy_from_slice(&salt.to_le_bytes());
-    h[4..8].copy_from_slice(&round.to_le_bytes());
-    h[8..12].copy_from_slice(&block.to_le_bytes());
-    h[31] = 0xC7;
-    h
 }
 
 /// A sealed instance with its worker's pool registered.

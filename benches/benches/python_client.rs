@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use orbitkv_benches::{Sealed, env_u64, median_of as median, pin_to, unpin};
+use orbitkv_benches::{Sealed, block_hash as hash, env_u64, median_of as median, pin_to, unpin};
 use orbitkv_gpu_bridge::{HostPool, PageRef};
 use orbitkv_protocol::Message;
 use orbitkv_protocol::message::{GroupHashes, LoadPage, PublishPage, PublishRequest, QueryRequest};
@@ -129,15 +129,6 @@ impl Drop for Serve {
             .status();
         let _ = self.child.wait();
     }
-}
-
-fn hash(salt: u32, round: u32, block: u32) -> Vec<u8> {
-    let mut h = vec![0u8; 32];
-    h[..4].copy_from_slice(&salt.to_le_bytes());
-    h[4..8].copy_from_slice(&round.to_le_bytes());
-    h[8..12].copy_from_slice(&block.to_le_bytes());
-    h[31] = 0x5A;
-    h
 }
 
 /// A sealed one-worker Rust instance with a pool of `pages` pages written once.

@@ -124,6 +124,17 @@ pub fn median_of(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// A 32-byte block hash for block `block` of round `round` of a publisher `salt`: distinct for
+/// each triple, so no two benches' blocks meet in the store.
+pub fn block_hash(salt: u32, round: u32, block: u32) -> Vec<u8> {
+    let mut h = vec![0u8; 32];
+    h[..4].copy_from_slice(&salt.to_le_bytes());
+    h[4..8].copy_from_slice(&round.to_le_bytes());
+    h[8..12].copy_from_slice(&block.to_le_bytes());
+    h[31] = 0xC7;
+    h
+}
+
 /// The daemon in process, as `orbitkv serve` runs it: the probed backend (O_DIRECT where it
 /// works), records held back until a group commit made them durable, a DRAM tier of
 /// `dram_bytes`; its socket in `dir`. Stopped when dropped.
