@@ -8,19 +8,29 @@ use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use pyo3::Python;
+
 /// Runs `f` with `fd` borrowed, once the kernel confirms it is an open descriptor; `None`
-/// when it is not.
+/// when it is not. The GIL token keeps Python code from closing it meanwhile; that no native
+/// code of the process closes it is the caller's contract (an engine's pool memory stays open
+/// while the engine runs).
 #[expect(
     unsafe_code,
     reason = "a descriptor named by number has no safe borrow"
 )]
-pub(crate) fn with_borrowed<R>(fd: RawFd, f: impl FnOnce(BorrowedFd<'_>) -> R) -> Option<R> {
+pub(crate) fn with_borrowed<R>(
+    _gil: Python<'_>,
+    fd: RawFd,
+    f: impl FnOnce(BorrowedFd<'_>) -> R,
+) -> Option<R> {
     // SAFETY: fcntl(F_GETFD) reads the descriptor table only, with integer arguments.
     if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
         return None;
     }
-    // SAFETY: `fd` is open (checked above) and the caller holds the GIL for the whole call, so
-    // the Python code that owns it cannot close it before `f` returns.
+    // SAFETY: `fd` is open (checked above). The caller holds the GIL for the whole call (the
+    // token proves it), so the Python code that owns it cannot close it before `f` returns;
+    // native code closing it meanwhile is outside the caller's contract. Even then the kernel
+    // checks every use of the number: memory safety does not depend on it.
     let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
     Some(f(borrowed))
 }

@@ -6,8 +6,10 @@
 mod errors;
 mod fd_unsafe;
 mod identity;
+mod inbox;
 mod layout;
 mod pool;
+mod replies;
 mod session;
 
 use pyo3::prelude::*;
@@ -33,13 +35,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<layout::PoolSpec>()?;
     m.add_class::<pool::HostPool>()?;
     m.add_class::<session::Connection>()?;
-    m.add_class::<session::Sealed>()?;
-    m.add_class::<session::PoolRegistered>()?;
-    m.add_class::<session::Proof>()?;
-    m.add_class::<session::ProofLoad>()?;
-    m.add_class::<session::Miss>()?;
-    m.add_class::<session::Leased>()?;
-    m.add_class::<session::Pages>()?;
-    m.add_class::<session::Done>()?;
+    m.add_class::<replies::Sealed>()?;
+    m.add_class::<replies::PoolRegistered>()?;
+    m.add_class::<replies::Proof>()?;
+    m.add_class::<replies::ProofLoad>()?;
+    m.add_class::<replies::Miss>()?;
+    m.add_class::<replies::Leased>()?;
+    m.add_class::<replies::Pages>()?;
+    m.add_class::<replies::Done>()?;
     Ok(())
 }

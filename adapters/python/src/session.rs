@@ -8,30 +8,59 @@
 //! arrived every [`DRAIN_EVERY`] while nobody waits, so the daemon never finds the connection
 //! unread (it disconnects a peer whose replies stay queued).
 
-use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
 
 use orbitkv_gpu_bridge::fdpass::send_with_fds;
 use orbitkv_gpu_bridge::{PageMemory, PageRef, PoolId};
 use orbitkv_protocol::message::{
-    GroupHashes, LoadPage, LoadRequest, MAX_NAME, Proof as WireProof, PublishPage, PublishRequest,
-    QueryRequest, Register, Token,
+    GroupHashes, LoadPage, LoadRequest, MAX_NAME, PublishPage, PublishRequest, QueryRequest,
+    Register, Token,
 };
-use orbitkv_protocol::{DEFAULT_MAX_BODY, Message, PageStatus, Role, discover, read_frame};
+use orbitkv_protocol::{DEFAULT_MAX_BODY, Message, Role, discover, read_frame};
 use orbitkv_state::HashDomain;
 
 use crate::errors::{DaemonNotFound, TimedOut, error, invalid, lost, refused, violation};
-use crate::fd_unsafe::{readable, with_borrowed};
+use crate::fd_unsafe::with_borrowed;
+use crate::inbox::{Ended, Shared, Unanswered};
 use crate::layout::rule;
 use crate::pool::HostPool;
+use crate::replies::to_python;
+
+/// A wait without a timeout wakes this often to let Python signals (Ctrl-C) through.
+const SIGNAL_CHECK: Duration = Duration::from_millis(200);
+
+/// Why a closed connection's requests fail.
+const CLOSED: &str = "the connection was closed (close())";
+
+/// A wait that ended without a reply, as a Python exception.
+fn unanswered(py: Python<'_>, request: u64, timeout: Option<f64>, why: Unanswered) -> PyErr {
+    match why {
+        Unanswered::TimedOut => error::<TimedOut>(
+            py,
+            "timed_out",
+            true,
+            0.0,
+            format!(
+                "no reply to request {request} within {} s",
+                timeout.unwrap_or_default()
+            ),
+        ),
+        Unanswered::NotDue => invalid(
+            py,
+            format!("no reply is due for request {request} (never sent, taken, or forgotten)"),
+        ),
+        Unanswered::Ended(Ended::Lost(why)) => lost(py, why),
+        Unanswered::Ended(Ended::Violation(why)) => violation(py, why),
+        Unanswered::Ended(Ended::Closed) => lost(py, CLOSED),
+    }
+}
 
 /// A Load's page from Python: `(block, group, rank, pool, index, generation, layer_start,
 /// layer_end)`.
@@ -40,137 +69,6 @@ type LoadTuple = (u32, u32, u32, u32, u32, u64, u32, u32);
 /// A Publish's page from Python: `(group, rank, hash, parent, start, end, pool, index,
 /// generation)`.
 type PublishTuple = (u32, u32, Vec<u8>, Vec<u8>, u64, u64, u32, u32, u64);
-
-/// How often the drainer reads what has arrived while nobody waits.
-const DRAIN_EVERY: Duration = Duration::from_millis(10);
-
-/// Replies filed so far, by request id.
-#[derive(Default)]
-struct Inbox {
-    replies: HashMap<u64, VecDeque<Message>>,
-    /// Requests whose replies are dropped on arrival.
-    forgotten: HashSet<u64>,
-    /// Why the connection ended, once it has.
-    closed: Option<String>,
-    /// A thread is reading the socket (the leader).
-    reading: bool,
-    /// The drainer stops.
-    stopping: bool,
-}
-
-impl Inbox {
-    fn take(&mut self, request: u64) -> Option<Message> {
-        let q = self.replies.get_mut(&request)?;
-        let m = q.pop_front();
-        if q.is_empty() {
-            self.replies.remove(&request);
-        }
-        m
-    }
-
-    fn file(&mut self, request: u64, m: Message) {
-        if self.forgotten.contains(&request) {
-            // A Publish's first reply is not its last.
-            if !matches!(m, Message::PublishCopied { .. }) {
-                self.forgotten.remove(&request);
-            }
-            return;
-        }
-        self.replies.entry(request).or_default().push_back(m);
-    }
-}
-
-struct Shared {
-    inbox: Mutex<Inbox>,
-    /// A reply was filed, or the leader gave up reading.
-    arrived: Condvar,
-    /// The drainer's timer (woken early only to stop).
-    tick: Condvar,
-    /// The read side of the socket, read only by the leader.
-    stream: UnixStream,
-    max_body: u32,
-}
-
-impl Shared {
-    fn inbox(&self) -> MutexGuard<'_, Inbox> {
-        self.inbox.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Reads one frame as the leader, once the socket is readable within `wait` (`None`: no
-    /// limit): `Ok(None)` when nothing came in time; `Err` why the connection ended.
-    fn read_one(&self, wait: Option<Duration>) -> Result<Option<(u64, Message)>, String> {
-        // Without a limit the read itself waits: a sleep in poll(2) first costs a second
-        // wakeup per reply.
-        if wait.is_some() {
-            match readable(&self.stream, wait) {
-                Ok(false) => return Ok(None),
-                Ok(true) => {}
-                Err(e) => return Err(format!("connection: {e}")),
-            }
-        }
-        let (h, body) =
-            read_frame(&mut &self.stream, self.max_body).map_err(|e| format!("connection: {e}"))?;
-        let m = Message::decode(h.kind, &body).map_err(|e| format!("protocol: {e}"))?;
-        if h.request == 0 {
-            // A connection-level error: the daemon closes the connection after it.
-            return Err(match m {
-                Message::Error { code, detail, .. } => {
-                    format!(
-                        "the daemon ended the connection ({}): {detail}",
-                        code.name()
-                    )
-                }
-                other => format!("an unrequested message of type {:#06x}", other.kind()),
-            });
-        }
-        Ok(Some((h.request, m)))
-    }
-
-    /// As the leader (taken, held by the caller), files every frame already readable; returns
-    /// with the inbox locked and leadership given up.
-    fn drain(&self) -> MutexGuard<'_, Inbox> {
-        let mut got = Vec::new();
-        let end = loop {
-            match self.read_one(Some(Duration::ZERO)) {
-                Ok(Some(f)) => got.push(f),
-                Ok(None) => break None,
-                Err(why) => break Some(why),
-            }
-        };
-        let mut inbox = self.inbox();
-        for (r, m) in got {
-            inbox.file(r, m);
-        }
-        if let Some(why) = end {
-            inbox.closed.get_or_insert(why);
-        }
-        inbox.reading = false;
-        self.arrived.notify_all();
-        inbox
-    }
-}
-
-/// The drainer: while the connection is open, reads what has arrived whenever nobody else is
-/// reading, every [`DRAIN_EVERY`].
-fn drainer(shared: &Shared) {
-    let mut inbox = shared.inbox();
-    loop {
-        if inbox.stopping || inbox.closed.is_some() {
-            return;
-        }
-        inbox = shared
-            .tick
-            .wait_timeout(inbox, DRAIN_EVERY)
-            .unwrap_or_else(|e| e.into_inner())
-            .0;
-        if inbox.reading || inbox.stopping || inbox.closed.is_some() {
-            continue;
-        }
-        inbox.reading = true;
-        drop(inbox);
-        inbox = shared.drain();
-    }
-}
 
 /// Why a request was not sent.
 enum Unsent {
@@ -203,84 +101,38 @@ pub struct Connection {
     drainer: Mutex<Option<JoinHandle<()>>>,
 }
 
-/// What `wait` and `poll` return, by reply.
-fn to_python(py: Python<'_>, m: Message) -> PyResult<Py<PyAny>> {
-    let obj: Py<PyAny> = match m {
-        Message::Sealed {
-            session,
-            epoch,
-            namespace,
-            token,
-        } => Py::new(
-            py,
-            Sealed {
-                session,
-                epoch,
-                namespace,
-                token,
-            },
-        )?
-        .into_any(),
-        Message::PoolRegistered { pool } => {
-            Py::new(py, PoolRegistered { pool: pool.0 })?.into_any()
-        }
-        Message::Proof(p) => Py::new(py, Proof::from(p))?.into_any(),
-        Message::Miss { reason, detail } => Py::new(py, Miss::new(reason, detail))?.into_any(),
-        Message::Leased {
-            lease,
-            ttl_ms,
-            proof,
-        } => Py::new(
-            py,
-            Leased {
-                lease,
-                ttl_ms,
-                proof: Proof::from(proof),
-            },
-        )?
-        .into_any(),
-        Message::Loaded { pages } => Py::new(py, Pages::new("loaded", &pages, 0))?.into_any(),
-        Message::PublishCopied { pages } => {
-            Py::new(py, Pages::new("copied", &pages, 0))?.into_any()
-        }
-        Message::PublishDurable {
-            pages,
-            retry_after_ms,
-        } => Py::new(py, Pages::new("durable", &pages, retry_after_ms))?.into_any(),
-        Message::Released => Py::new(py, Done::new("released"))?.into_any(),
-        Message::Synced => Py::new(py, Done::new("synced"))?.into_any(),
-        Message::StatsReply { text } => text.into_pyobject(py)?.into_any().unbind(),
-        Message::Error {
-            code,
-            retry_after_ms,
-            detail,
-        } => return Err(refused(py, code, retry_after_ms, &detail)),
-        other => {
-            return Err(violation(
-                py,
-                format!("a reply of type {:#06x} no request takes", other.kind()),
-            ));
-        }
-    };
-    Ok(obj)
-}
-
 fn token(py: Python<'_>, t: &[u8]) -> PyResult<Token> {
     Token::try_from(t)
         .map_err(|_| invalid(py, format!("token: 32 bytes expected, got {}", t.len())))
 }
 
 impl Connection {
+    /// Replies a request gets: a Publish two (PublishCopied, then PublishDurable), any other
+    /// one. An Error is always the last.
+    fn replies_due(m: &Message) -> u8 {
+        match m {
+            Message::Publish(_) => 2,
+            _ => 1,
+        }
+    }
+
     fn send(&self, py: Python<'_>, m: &Message) -> PyResult<u64> {
         // All without the GIL: a daemon slow to read holds up only this thread, and no thread
         // ever holds the sender while it waits for the GIL (that would deadlock against one
         // holding the GIL while it waits for the sender).
+        let shared = &*self.shared;
         let sent = py.detach(|| {
             let mut s = self.sender.lock().unwrap_or_else(|e| e.into_inner());
             let id = s.next;
             s.next += 1;
             let frame = m.encode_frame(id).map_err(|e| Unsent::Bad(e.to_string()))?;
-            s.stream.write_all(&frame).map_err(Unsent::Io)?;
+            shared.inbox().expect(id, Self::replies_due(m));
+            if let Err(e) = s.stream.write_all(&frame) {
+                shared.inbox().unexpect(id);
+                // Part of a frame may be on the wire: nothing more can be sent after it.
+                shared.end(Ended::Lost(format!("sending: {e}")));
+                return Err(Unsent::Io(e));
+            }
             Ok(id)
         });
         sent.map_err(|e| match e {
@@ -289,101 +141,67 @@ impl Connection {
         })
     }
 
-    /// Sends `m` with descriptors beside it; the GIL is held throughout (see
-    /// [`with_borrowed`]): the sender's holders never wait for the GIL, so this cannot deadlock.
+    /// Sends `m` with descriptors beside it. The GIL is held throughout, so that Python code
+    /// cannot close the descriptors meanwhile ([`with_borrowed`]); the sender's other holders
+    /// never wait for the GIL, so this cannot deadlock.
     fn send_with(&self, py: Python<'_>, m: &Message, fds: &[i32]) -> PyResult<u64> {
         let mut s = self.sender.lock().unwrap_or_else(|e| e.into_inner());
         let id = s.next;
-        s.next += 1;
         let frame = m
             .encode_frame(id)
             .map_err(|e| invalid(py, format!("request: {e}")))?;
+        // Due before it is sent: its reply may be read by another thread at once.
+        self.shared.inbox().expect(id, Self::replies_due(m));
         let sent = match fds {
-            [a] => with_borrowed(*a, |a| send_with_fds(&s.stream, &frame, &[a])),
-            [a, b] => with_borrowed(*a, |a| {
-                with_borrowed(*b, |b| send_with_fds(&s.stream, &frame, &[a, b]))
+            [a] => with_borrowed(py, *a, |a| send_with_fds(&s.stream, &frame, &[a])),
+            [a, b] => with_borrowed(py, *a, |a| {
+                with_borrowed(py, *b, |b| send_with_fds(&s.stream, &frame, &[a, b]))
             })
             .flatten(),
             _ => return Err(invalid(py, "one or two descriptors")),
         };
+        if !matches!(sent, Some(Ok(()))) {
+            self.shared.inbox().unexpect(id);
+        }
         match sent {
             None => Err(invalid(py, format!("descriptors {fds:?}: not open"))),
-            Some(Err(e)) => Err(lost(
-                py,
-                format!("sending to {}: {e}", self.socket.display()),
-            )),
-            Some(Ok(())) => Ok(id),
+            Some(Err(e)) => {
+                // A message cut short leaves part of a frame on the wire.
+                self.shared.end(Ended::Lost(format!("sending: {e}")));
+                Err(lost(
+                    py,
+                    format!("sending to {}: {e}", self.socket.display()),
+                ))
+            }
+            Some(Ok(())) => {
+                s.next += 1;
+                Ok(id)
+            }
         }
     }
 
-    /// The next reply to `request`, waiting at most `timeout` (None: until it comes or the
-    /// connection ends), without the GIL: read by this thread itself while no other reads.
+    /// The next reply to `request`, waiting at most `timeout` seconds (None: until it comes or
+    /// the connection ends), without the GIL; Ctrl-C (a Python signal) ends the wait within
+    /// [`SIGNAL_CHECK`].
     fn next_reply(&self, py: Python<'_>, request: u64, timeout: Option<f64>) -> PyResult<Message> {
         let deadline = match timeout {
-            Some(t) if t.is_finite() && t >= 0.0 => {
-                Some(Instant::now() + Duration::from_secs_f64(t))
-            }
-            Some(t) => return Err(invalid(py, format!("timeout {t}: seconds, at least 0"))),
             None => None,
+            Some(t) if t.is_finite() && t >= 0.0 => Duration::try_from_secs_f64(t)
+                .ok()
+                .and_then(|d| Instant::now().checked_add(d)),
+            Some(t) => return Err(invalid(py, format!("timeout {t}: seconds, at least 0"))),
         };
-        let shared = &*self.shared;
-        let got = py.detach(|| {
-            let mut inbox = shared.inbox();
-            loop {
-                if let Some(m) = inbox.take(request) {
-                    return Ok(m);
+        loop {
+            let slice = Instant::now() + SIGNAL_CHECK;
+            let until = deadline.map_or(slice, |d| d.min(slice));
+            match py.detach(|| self.shared.wait(request, Some(until))) {
+                Ok(m) => return Ok(m),
+                Err(Unanswered::TimedOut) if deadline.is_none_or(|d| Instant::now() < d) => {
+                    py.check_signals()?;
                 }
-                if let Some(why) = &inbox.closed {
-                    return Err(Some(why.clone()));
-                }
-                let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-                if !inbox.reading {
-                    // Lead: read one frame, file it, let the others look.
-                    inbox.reading = true;
-                    drop(inbox);
-                    let read = shared.read_one(left);
-                    inbox = shared.inbox();
-                    inbox.reading = false;
-                    match read {
-                        Ok(Some((r, m))) => inbox.file(r, m),
-                        Ok(None) => {}
-                        Err(why) => {
-                            inbox.closed.get_or_insert(why);
-                        }
-                    }
-                    shared.arrived.notify_all();
-                    if left.is_some_and(|l| l.is_zero()) && !inbox.replies.contains_key(&request) {
-                        return Err(None);
-                    }
-                    continue;
-                }
-                // Follow: the leader files what it reads and wakes everyone.
-                inbox = match left {
-                    None => shared
-                        .arrived
-                        .wait(inbox)
-                        .unwrap_or_else(|e| e.into_inner()),
-                    Some(l) if l.is_zero() => return Err(None),
-                    Some(l) => {
-                        shared
-                            .arrived
-                            .wait_timeout(inbox, l)
-                            .unwrap_or_else(|e| e.into_inner())
-                            .0
-                    }
-                };
+                Err(why) => return Err(unanswered(py, request, timeout, why)),
             }
-        });
-        got.map_err(|why| match why {
-            Some(why) => lost(py, why),
-            None => error::<TimedOut>(
-                py,
-                "timed_out",
-                true,
-                0.0,
-                format!("no reply to request {request} within {timeout:?} s"),
-            ),
-        })
+        }
     }
 
     fn wait_message(
@@ -492,18 +310,12 @@ impl Connection {
         let read_half = stream
             .try_clone()
             .map_err(|e| lost(py, format!("{}: {e}", path.display())))?;
-        let shared = Arc::new(Shared {
-            inbox: Mutex::new(Inbox::default()),
-            arrived: Condvar::new(),
-            tick: Condvar::new(),
-            stream: read_half,
-            max_body,
-        });
+        let shared = Arc::new(Shared::new(read_half, max_body));
         let drainer = {
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name("orbitkv-drainer".into())
-                .spawn(move || drainer(&shared))
+                .spawn(move || shared.drainer())
                 .map_err(|e| lost(py, format!("no drainer thread: {e}")))?
         };
         Ok(Self {
@@ -530,12 +342,16 @@ impl Connection {
     /// Why the connection ended, or None while it is open.
     #[getter]
     fn closed(&self) -> Option<String> {
-        self.shared.inbox().closed.clone()
+        self.shared.inbox().closed.as_ref().map(|e| match e {
+            Ended::Lost(why) | Ended::Violation(why) => why.clone(),
+            Ended::Closed => CLOSED.to_owned(),
+        })
     }
 
     /// Closes the connection (idempotent): outstanding waits end with `ConnectionLost`.
     fn close(&self, py: Python<'_>) {
-        self.shut();
+        // The socket is shut down through the reading side: no lock a sender may hold.
+        self.shared.end(Ended::Closed);
         let drainer = self
             .drainer
             .lock()
@@ -573,34 +389,19 @@ impl Connection {
     }
 
     /// The next reply to `request` if one has come, else None (never blocks: it reads what has
-    /// arrived when no other thread is reading).
+    /// arrived when no other thread is reading). A request with no reply due raises
+    /// `InvalidInput`.
     fn poll(&self, py: Python<'_>, request: u64) -> PyResult<Option<Py<PyAny>>> {
-        let shared = &*self.shared;
-        let m = py.detach(|| {
-            let mut inbox = shared.inbox();
-            if !inbox.replies.contains_key(&request) && !inbox.reading && inbox.closed.is_none() {
-                inbox.reading = true;
-                drop(inbox);
-                inbox = shared.drain();
-            }
-            match (inbox.take(request), &inbox.closed) {
-                (Some(m), _) => Ok(Some(m)),
-                (None, Some(why)) => Err(why.clone()),
-                (None, None) => Ok(None),
-            }
-        });
-        match m {
+        match py.detach(|| self.shared.poll(request)) {
             Ok(Some(m)) => to_python(py, m).map(Some),
             Ok(None) => Ok(None),
-            Err(why) => Err(lost(py, why)),
+            Err(why) => Err(unanswered(py, request, None, why)),
         }
     }
 
     /// Drops `request`'s replies, those come and those to come.
     fn forget(&self, request: u64) {
-        let mut inbox = self.shared.inbox();
-        inbox.replies.remove(&request);
-        inbox.forgotten.insert(request);
+        self.shared.inbox().forget(request);
     }
 
     /// Sends a rank's Register; returns its request id (its reply, `Sealed`, comes once the
@@ -890,7 +691,10 @@ impl Connection {
         let id = self.submit_publish(py, token, epoch, pages)?;
         let copied = match self.wait_message(py, id, None)? {
             m @ Message::PublishCopied { .. } => to_python(py, m)?,
-            other => return Err(unexpected(py, &other, "PublishCopied")),
+            other => {
+                self.shared.inbox().forget(id);
+                return Err(unexpected(py, &other, "PublishCopied"));
+            }
         };
         let durable = match self.wait_message(py, id, None)? {
             m @ Message::PublishDurable { .. } => to_python(py, m)?,
@@ -949,22 +753,9 @@ impl Connection {
     }
 }
 
-impl Connection {
-    /// Shuts the socket down and stops the drainer (without waiting for it).
-    fn shut(&self) {
-        {
-            let s = self.sender.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = s.stream.shutdown(std::net::Shutdown::Both);
-        }
-        self.shared.inbox().stopping = true;
-        self.shared.tick.notify_all();
-        self.shared.arrived.notify_all();
-    }
-}
-
 impl Drop for Connection {
     fn drop(&mut self) {
-        self.shut();
+        self.shared.end(Ended::Closed);
     }
 }
 
@@ -977,199 +768,4 @@ pub fn socket_candidates(socket: Option<PathBuf>) -> Vec<String> {
         .iter()
         .map(|p| Path::display(p).to_string())
         .collect()
-}
-
-/// A rank's seal: its session id, the instance's epoch and namespace, and the token every
-/// hot-path request carries.
-#[pyclass(frozen, module = "orbitkv._native")]
-pub struct Sealed {
-    session: u64,
-    epoch: u64,
-    namespace: [u8; 32],
-    token: Token,
-}
-
-#[pymethods]
-impl Sealed {
-    /// This rank's session id.
-    #[getter]
-    fn session(&self) -> u64 {
-        self.session
-    }
-
-    /// The instance's epoch.
-    #[getter]
-    fn epoch(&self) -> u64 {
-        self.epoch
-    }
-
-    /// The instance's namespace (32 bytes).
-    #[getter]
-    fn namespace<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, &self.namespace)
-    }
-
-    /// The session token every hot-path request carries (32 bytes).
-    #[getter]
-    fn token<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, &self.token)
-    }
-
-    fn __repr__(&self) -> String {
-        format!("Sealed(session={}, epoch={})", self.session, self.epoch)
-    }
-}
-
-/// A pool registered.
-#[pyclass(frozen, module = "orbitkv._native", get_all)]
-pub struct PoolRegistered {
-    /// The pool's id.
-    pub pool: u32,
-}
-
-/// The records to load for one group and rank: block indices into the query's hash list.
-#[pyclass(frozen, module = "orbitkv._native", get_all)]
-#[derive(Clone)]
-pub struct ProofLoad {
-    /// The cache group.
-    pub group: u32,
-    /// The rank (`0xFFFFFFFF`: replicated).
-    pub rank: u32,
-    /// Block indices, in token order.
-    pub blocks: Vec<u32>,
-}
-
-/// A proven restorable boundary and what to load for it.
-#[pyclass(frozen, module = "orbitkv._native", get_all)]
-#[derive(Clone)]
-pub struct Proof {
-    /// Tokens up to here can be restored.
-    pub boundary: u64,
-    /// What to load, per group and rank.
-    pub loads: Vec<ProofLoad>,
-}
-
-impl From<WireProof> for Proof {
-    fn from(p: WireProof) -> Self {
-        Self {
-            boundary: p.boundary,
-            loads: p
-                .loads
-                .into_iter()
-                .map(|l| ProofLoad {
-                    group: l.group,
-                    rank: l.rank,
-                    blocks: l.blocks,
-                })
-                .collect(),
-        }
-    }
-}
-
-#[pymethods]
-impl Proof {
-    fn __repr__(&self) -> String {
-        format!(
-            "Proof(boundary={}, loads={})",
-            self.boundary,
-            self.loads.len()
-        )
-    }
-}
-
-/// Nothing beyond the origin can be restored, and why (docs/protocol.md, "Miss reasons").
-#[pyclass(frozen, module = "orbitkv._native", get_all)]
-pub struct Miss {
-    /// The reason's code.
-    pub reason: u16,
-    /// The reason's name.
-    pub reason_name: Option<&'static str>,
-    /// A readable account.
-    pub detail: String,
-}
-
-impl Miss {
-    fn new(reason: u16, detail: String) -> Self {
-        Self {
-            reason,
-            reason_name: orbitkv_protocol::miss::miss_reason_name(reason),
-            detail,
-        }
-    }
-}
-
-#[pymethods]
-impl Miss {
-    fn __repr__(&self) -> String {
-        format!("Miss({:?}, {:?})", self.reason_name, self.detail)
-    }
-}
-
-/// The proven records are pinned under a lease.
-#[pyclass(frozen, module = "orbitkv._native", get_all)]
-pub struct Leased {
-    /// The lease.
-    pub lease: u64,
-    /// It ends this long after its last use unless released.
-    pub ttl_ms: u32,
-    /// What was proven and pinned.
-    pub proof: Proof,
-}
-
-#[pymethods]
-impl Leased {
-    fn __repr__(&self) -> String {
-        format!(
-            "Leased(lease={}, boundary={})",
-            self.lease, self.proof.boundary
-        )
-    }
-}
-
-/// Per-page statuses of a Load (`kind` "loaded"), or of a Publish once copied ("copied") or
-/// durable ("durable", with `retry_after` seconds for pages to send again later).
-#[pyclass(frozen, module = "orbitkv._native", get_all)]
-pub struct Pages {
-    /// "loaded", "copied" or "durable".
-    pub kind: &'static str,
-    /// Each page's status, in request order (`ok`, `stale_generation`, ...).
-    pub statuses: Vec<&'static str>,
-    /// Seconds to wait before publishing `retry_later` pages again.
-    pub retry_after: f64,
-}
-
-impl Pages {
-    fn new(kind: &'static str, pages: &[PageStatus], retry_after_ms: u32) -> Self {
-        Self {
-            kind,
-            statuses: pages.iter().map(|p| p.name()).collect(),
-            retry_after: f64::from(retry_after_ms) / 1000.0,
-        }
-    }
-}
-
-#[pymethods]
-impl Pages {
-    /// Whether every page is `ok`.
-    #[getter]
-    fn all_ok(&self) -> bool {
-        self.statuses.iter().all(|s| *s == "ok")
-    }
-
-    fn __repr__(&self) -> String {
-        format!("Pages({:?}, {:?})", self.kind, self.statuses)
-    }
-}
-
-/// A request done: "released" or "synced".
-#[pyclass(frozen, module = "orbitkv._native", get_all)]
-pub struct Done {
-    /// What was done.
-    pub kind: &'static str,
-}
-
-impl Done {
-    fn new(kind: &'static str) -> Self {
-        Self { kind }
-    }
 }

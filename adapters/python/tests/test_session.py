@@ -148,9 +148,8 @@ def test_many_requests_outstanding_on_one_connection(daemon: Daemon) -> None:
     second = conn.submit_query(sched.token, sched.epoch, 0, end, groups_of(engine, hashes))
     conn.forget(first)
     assert isinstance(conn.wait(second, timeout=10), orbitkv.Proof)
-    assert conn.poll(first) is None
-    with pytest.raises(orbitkv.TimedOut):
-        conn.wait(first, timeout=0.05)
+    with pytest.raises(orbitkv.InvalidInput):
+        conn.poll(first)
 
     # A Publish's two replies, polled while the connection serves a Query in between.
     worker = engine.worker_conn(0)
@@ -274,4 +273,49 @@ def test_replies_left_unread_are_kept_and_the_connection_stays_open(daemon: Daem
     assert conn.closed is None
     for i in ids:
         assert isinstance(conn.poll(i), orbitkv.Proof)
+    engine.close()
+
+
+def test_waits_end_with_the_right_error(daemon: Daemon) -> None:
+    engine = Engine("py-waits")
+    sched, _ = engine.seal(daemon.socket)
+    assert sched is not None
+    conn = engine.conns[0]
+    q = (sched.token, sched.epoch, 0, 4, [(0, [b"\x07" * 32])])
+    # A huge timeout is no timeout, not a crash.
+    assert isinstance(conn.wait(conn.submit_query(*q), timeout=1e300), orbitkv.Miss)
+    # Nothing is due for a request taken, forgotten, or never sent: no wait for ever.
+    done = conn.submit_query(*q)
+    conn.wait(done)
+    forgotten = conn.submit_query(*q)
+    conn.forget(forgotten)
+    for request in [done, forgotten, 10**9]:
+        with pytest.raises(orbitkv.InvalidInput):
+            conn.wait(request)
+        with pytest.raises(orbitkv.InvalidInput):
+            conn.poll(request)
+    with pytest.raises(orbitkv.InvalidInput):
+        conn.wait(conn.submit_query(*q), timeout=-1)
+    # close() from another thread ends a wait that has no timeout.
+    worker = orbitkv.Connection(daemon.socket)
+    # Worker 0 of a two-worker instance whose other ranks never come: it never seals.
+    pending = Engine("py-waits-alone", workers=2).submit_register(worker, "worker", 0)
+    with pytest.raises(orbitkv.TimedOut):
+        worker.await_seal(pending, timeout=0.05)
+    errors: list[BaseException] = []
+
+    def waiter() -> None:
+        try:
+            worker.await_seal(pending)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.2)
+    worker.close()
+    t.join(timeout=10)
+    assert not t.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], orbitkv.ConnectionLost), errors
+    assert worker.closed is not None and "close()" in worker.closed
     engine.close()
