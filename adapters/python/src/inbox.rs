@@ -9,6 +9,7 @@
 //! due ends at once. Pure Rust: no Python here.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::io;
 use std::os::unix::net::UnixStream;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -20,6 +21,10 @@ use crate::fd_unsafe::readable;
 
 /// How often the drainer reads what has arrived while nobody waits.
 const DRAIN_EVERY: Duration = Duration::from_millis(10);
+
+/// How long a wait with a deadline sleeps between returns to Python (so that Python signals get
+/// through).
+pub(crate) const READ_SLICE: Duration = Duration::from_millis(200);
 
 /// Why a connection ended.
 #[derive(Debug, Clone)]
@@ -138,14 +143,16 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(stream: UnixStream, max_body: u32) -> Self {
-        Self {
+    /// The reading side of `stream` (its reads block: no receive timeout).
+    pub(crate) fn new(stream: UnixStream, max_body: u32) -> io::Result<Self> {
+        stream.set_read_timeout(None)?;
+        Ok(Self {
             inbox: Mutex::new(Inbox::default()),
             arrived: Condvar::new(),
             tick: Condvar::new(),
             stream,
             max_body,
-        }
+        })
     }
 
     pub(crate) fn inbox(&self) -> MutexGuard<'_, Inbox> {
@@ -166,8 +173,8 @@ impl Shared {
     }
 
     /// Reads one frame as the leader, once the socket is readable within `wait` (`None`: no
-    /// limit): `Ok(None)` when nothing came in time. Once a frame's first byte is in, its rest
-    /// is read without a limit (the daemon writes whole frames).
+    /// limit): `Ok(None)` when nothing came in time. Without a limit the read itself waits: it
+    /// wakes faster on a reply than a sleep in poll(2) with a timer does.
     fn read_one(&self, wait: Option<Duration>) -> Result<Option<(u64, Message)>, Ended> {
         if wait.is_some() {
             match readable(&self.stream, wait) {
@@ -176,6 +183,8 @@ impl Shared {
                 Err(e) => return Err(Ended::Lost(format!("connection: {e}"))),
             }
         }
+        // Once a frame's first byte is in, its rest is read however long it takes (the daemon
+        // writes whole frames).
         let (h, body) = read_frame(&mut &self.stream, self.max_body).map_err(|e| match e {
             ReadError::Io(e) => Ended::Lost(format!("connection: {e}")),
             ReadError::Protocol(e) => Ended::Violation(format!("protocol: {e}")),
@@ -213,19 +222,15 @@ impl Shared {
         inbox
     }
 
-    /// The next reply to `request`, waiting until `deadline` (`None`: no limit), reading the
+    /// The next reply to `request`, waiting until `until` (`None`: no limit), reading the
     /// socket as the leader whenever no other thread does. Call without the GIL.
-    pub(crate) fn wait(
-        &self,
-        request: u64,
-        deadline: Option<Instant>,
-    ) -> Result<Message, Unanswered> {
+    pub(crate) fn wait(&self, request: u64, until: Option<Instant>) -> Result<Message, Unanswered> {
         let mut inbox = self.inbox();
         loop {
             if let Some(done) = inbox.ready(request) {
                 return done;
             }
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let left = until.map(|u| u.saturating_duration_since(Instant::now()));
             if left.is_some_and(|l| l.is_zero()) {
                 return Err(Unanswered::TimedOut);
             }

@@ -28,13 +28,10 @@ use orbitkv_state::HashDomain;
 
 use crate::errors::{DaemonNotFound, TimedOut, error, invalid, lost, refused, violation};
 use crate::fd_unsafe::with_borrowed;
-use crate::inbox::{Ended, Shared, Unanswered};
+use crate::inbox::{Ended, READ_SLICE, Shared, Unanswered};
 use crate::layout::rule;
 use crate::pool::HostPool;
 use crate::replies::to_python;
-
-/// A wait without a timeout wakes this often to let Python signals (Ctrl-C) through.
-const SIGNAL_CHECK: Duration = Duration::from_millis(200);
 
 /// Why a closed connection's requests fail.
 const CLOSED: &str = "the connection was closed (close())";
@@ -180,19 +177,25 @@ impl Connection {
         }
     }
 
-    /// The next reply to `request`, waiting at most `timeout` seconds (None: until it comes or
-    /// the connection ends), without the GIL; Ctrl-C (a Python signal) ends the wait within
-    /// [`SIGNAL_CHECK`].
+    /// The next reply to `request`, waiting at most `timeout` seconds, without the GIL. With a
+    /// timeout, Python signals (Ctrl-C) end the wait within [`READ_SLICE`]. Without one it
+    /// blocks in the read itself, the fastest wake on a reply, until the reply comes, the
+    /// connection ends or another thread closes it.
     fn next_reply(&self, py: Python<'_>, request: u64, timeout: Option<f64>) -> PyResult<Message> {
-        let deadline = match timeout {
-            None => None,
-            Some(t) if t.is_finite() && t >= 0.0 => Duration::try_from_secs_f64(t)
-                .ok()
-                .and_then(|d| Instant::now().checked_add(d)),
-            Some(t) => return Err(invalid(py, format!("timeout {t}: seconds, at least 0"))),
+        let Some(t) = timeout else {
+            return py
+                .detach(|| self.shared.wait(request, None))
+                .map_err(|why| unanswered(py, request, timeout, why));
         };
+        if !t.is_finite() || t < 0.0 {
+            return Err(invalid(py, format!("timeout {t}: seconds, at least 0")));
+        }
+        // A timeout too large to add to the clock is no timeout.
+        let deadline = Duration::try_from_secs_f64(t)
+            .ok()
+            .and_then(|d| Instant::now().checked_add(d));
         loop {
-            let slice = Instant::now() + SIGNAL_CHECK;
+            let slice = Instant::now() + READ_SLICE;
             let until = deadline.map_or(slice, |d| d.min(slice));
             match py.detach(|| self.shared.wait(request, Some(until))) {
                 Ok(m) => return Ok(m),
@@ -294,7 +297,6 @@ impl Connection {
                 .map_err(|e| e.to_string())?;
             stream.write_all(&hello).map_err(|e| e.to_string())?;
             let (h, body) = read_frame(&mut stream, DEFAULT_MAX_BODY).map_err(|e| e.to_string())?;
-            stream.set_read_timeout(None).map_err(|e| e.to_string())?;
             Message::decode(h.kind, &body).map_err(|e| e.to_string())
         });
         let (server, max_body) = match welcome {
@@ -310,7 +312,10 @@ impl Connection {
         let read_half = stream
             .try_clone()
             .map_err(|e| lost(py, format!("{}: {e}", path.display())))?;
-        let shared = Arc::new(Shared::new(read_half, max_body));
+        let shared = Arc::new(
+            Shared::new(read_half, max_body)
+                .map_err(|e| lost(py, format!("{}: {e}", path.display())))?,
+        );
         let drainer = {
             let shared = shared.clone();
             std::thread::Builder::new()
