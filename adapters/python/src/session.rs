@@ -5,8 +5,8 @@
 //! Replies are read leader/follower: a waiting thread reads the socket itself when no other
 //! thread is reading it, filing each reply under its request's id, so a round trip costs no
 //! thread hop; others wait for the reader to file theirs. A drainer thread reads what has
-//! arrived every [`DRAIN_EVERY`] while nobody waits, so the daemon never finds the connection
-//! unread (it disconnects a peer whose replies stay queued).
+//! arrived while nobody waits, so the daemon never finds the connection unread (it
+//! disconnects a peer whose replies stay queued). The reading side is `inbox.rs`.
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -282,19 +282,16 @@ impl Connection {
         .map_err(|e| invalid(py, format!("client name: {e}")))?;
         // Something else listening there, or a daemon that never answers, ends the handshake
         // after `handshake_timeout` rather than hanging the engine's start-up.
-        let limit = match handshake_timeout {
-            t if t.is_finite() && t > 0.0 => Duration::from_secs_f64(t),
-            t => {
-                return Err(invalid(
-                    py,
-                    format!("handshake_timeout {t}: seconds, above 0"),
-                ));
-            }
-        };
+        if !handshake_timeout.is_finite() || handshake_timeout <= 0.0 {
+            return Err(invalid(
+                py,
+                format!("handshake_timeout {handshake_timeout}: seconds, above 0"),
+            ));
+        }
+        // A timeout too large for a Duration is no timeout.
+        let limit = Duration::try_from_secs_f64(handshake_timeout).ok();
         let welcome = py.detach(|| -> Result<Message, String> {
-            stream
-                .set_read_timeout(Some(limit))
-                .map_err(|e| e.to_string())?;
+            stream.set_read_timeout(limit).map_err(|e| e.to_string())?;
             stream.write_all(&hello).map_err(|e| e.to_string())?;
             let (h, body) = read_frame(&mut stream, DEFAULT_MAX_BODY).map_err(|e| e.to_string())?;
             Message::decode(h.kind, &body).map_err(|e| e.to_string())
