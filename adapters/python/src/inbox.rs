@@ -162,12 +162,13 @@ impl Shared {
     /// Ends the connection for `why` (the first reason sticks): the socket is shut down, every
     /// waiter and the drainer wake.
     pub(crate) fn end(&self, why: Ended) {
-        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        // The reason first: a leader woken by the shutdown must not record its own.
         {
             let mut inbox = self.inbox();
             inbox.closed.get_or_insert(why);
             inbox.stopping = true;
         }
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
         self.tick.notify_all();
         self.arrived.notify_all();
     }
@@ -186,6 +187,9 @@ impl Shared {
         // Once a frame's first byte is in, its rest is read however long it takes (the daemon
         // writes whole frames).
         let (h, body) = read_frame(&mut &self.stream, self.max_body).map_err(|e| match e {
+            ReadError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                Ended::Lost("the daemon closed the connection".to_owned())
+            }
             ReadError::Io(e) => Ended::Lost(format!("connection: {e}")),
             ReadError::Protocol(e) => Ended::Violation(format!("protocol: {e}")),
         })?;
