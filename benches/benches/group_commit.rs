@@ -32,10 +32,12 @@ use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 use orbitkv_benches::raw_uring::RawUring;
-use orbitkv_benches::{Daemon, Sealed, block_hash as hash, env_u64, median_of as median};
+use orbitkv_benches::{
+    Daemon, Sealed, block_hash as hash, chain_pages, env_u64, median_of as median,
+};
 use orbitkv_gpu_bridge::{HostPool, PageRef};
 use orbitkv_protocol::client::Client;
-use orbitkv_protocol::message::{GroupHashes, PublishPage, PublishRequest, QueryRequest};
+use orbitkv_protocol::message::{GroupHashes, PublishRequest, QueryRequest};
 use orbitkv_protocol::{Message, PageStatus};
 use orbitkv_sim::SimInstance;
 use orbitkv_store::io::aligned::aligned_buffer;
@@ -96,26 +98,7 @@ impl Publisher {
         Message::Publish(PublishRequest {
             token: self.s.worker_token,
             epoch: self.s.epoch,
-            pages: pages
-                .iter()
-                .enumerate()
-                .map(|(b, p)| {
-                    let b = b as u32;
-                    PublishPage {
-                        group: 0,
-                        rank: 0,
-                        hash: hash(self.salt, round, b),
-                        parent: if b == 0 {
-                            vec![]
-                        } else {
-                            hash(self.salt, round, b - 1)
-                        },
-                        start: u64::from(b) * 16,
-                        end: u64::from(b + 1) * 16,
-                        page: *p,
-                    }
-                })
-                .collect(),
+            pages: chain_pages(self.salt, round, &pages, 16),
         })
     }
 

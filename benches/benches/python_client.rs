@@ -33,10 +33,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use orbitkv_benches::{Sealed, block_hash as hash, env_u64, median_of as median, pin_to, unpin};
+use orbitkv_benches::{
+    Sealed, block_hash as hash, chain_pages, env_u64, median_of as median, pin_to, unpin,
+};
 use orbitkv_gpu_bridge::{HostPool, PageRef};
 use orbitkv_protocol::Message;
-use orbitkv_protocol::message::{GroupHashes, LoadPage, PublishPage, PublishRequest, QueryRequest};
+use orbitkv_protocol::message::{GroupHashes, LoadPage, PublishRequest, QueryRequest};
 use orbitkv_sim::SimInstance;
 
 const QUERY_BLOCKS: u32 = 16;
@@ -172,26 +174,7 @@ impl RustSide {
         let req = PublishRequest {
             token: self.s.worker_token,
             epoch: self.s.epoch,
-            pages: refs
-                .iter()
-                .enumerate()
-                .map(|(b, p)| {
-                    let b = b as u32;
-                    PublishPage {
-                        group: 0,
-                        rank: 0,
-                        hash: hash(self.salt, round, b),
-                        parent: if b == 0 {
-                            Vec::new()
-                        } else {
-                            hash(self.salt, round, b - 1)
-                        },
-                        start: u64::from(b) * bt,
-                        end: u64::from(b + 1) * bt,
-                        page: *p,
-                    }
-                })
-                .collect(),
+            pages: chain_pages(self.salt, round, &refs, bt),
         };
         let t = Instant::now();
         let durable = self.s.worker.publish(req, |_| {}).unwrap();

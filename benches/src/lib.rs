@@ -135,6 +135,32 @@ pub fn block_hash(salt: u32, round: u32, block: u32) -> Vec<u8> {
     h
 }
 
+/// The Publish pages of blocks `0..` of round `round` of publisher `salt`, block `b` from
+/// `pages[b]`, `block_tokens` tokens each, group 0, rank 0, chained by parent hash.
+pub fn chain_pages(
+    salt: u32,
+    round: u32,
+    pages: &[orbitkv_gpu_bridge::PageRef],
+    block_tokens: u64,
+) -> Vec<orbitkv_protocol::message::PublishPage> {
+    (0u32..)
+        .zip(pages)
+        .map(|(b, p)| orbitkv_protocol::message::PublishPage {
+            group: 0,
+            rank: 0,
+            hash: block_hash(salt, round, b),
+            parent: if b == 0 {
+                Vec::new()
+            } else {
+                block_hash(salt, round, b - 1)
+            },
+            start: u64::from(b) * block_tokens,
+            end: u64::from(b + 1) * block_tokens,
+            page: *p,
+        })
+        .collect()
+}
+
 /// The daemon in process, as `orbitkv serve` runs it: the probed backend (O_DIRECT where it
 /// works), records held back until a group commit made them durable, a DRAM tier of
 /// `dram_bytes`; its socket in `dir`. Stopped when dropped.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -84,3 +85,36 @@ def test_instance_names(daemon: Daemon) -> None:
             instance="x" * (orbitkv.MAX_NAME + 1), role="scheduler", rank=0, workers=1,
             identity=bytes(32), layout=b"", domain="vllm/sha256_cbor", rules=[],
         )  # fmt: skip
+
+
+def test_bytes_that_are_no_message_are_a_protocol_violation(daemon: Daemon, tmp_path: Path) -> None:
+    """A peer between the client and the daemon passes the handshake through, then answers
+    the next request with bytes that are not a frame."""
+    path = str(tmp_path / "relay.sock")
+    done = threading.Event()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as relay:
+        relay.bind(path)
+        relay.listen(1)
+
+        def serve() -> None:
+            client, _ = relay.accept()
+            with client, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as upstream:
+                upstream.connect(daemon.socket)
+                upstream.sendall(client.recv(4096))  # Hello
+                client.sendall(upstream.recv(4096))  # Welcome
+                client.recv(4096)  # the next request
+                client.sendall(b"not a frame, " * 4)
+                done.wait(10)
+
+        t = threading.Thread(target=serve)
+        t.start()
+        try:
+            conn = orbitkv.Connection(path)
+            request = conn.submit_query(b"\x01" * 32, 1, 0, 4, [(0, [b"\x02" * 32])])
+            with pytest.raises(orbitkv.ProtocolViolation) as e:
+                conn.wait(request, timeout=10)
+            assert e.value.code == "protocol_violation"
+            conn.close()
+        finally:
+            done.set()
+            t.join(timeout=10)
