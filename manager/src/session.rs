@@ -371,16 +371,15 @@ impl Sessions {
     /// computation may re-seal.
     fn name_held_by_another(&self, conn: ConnId, reg: &Register) -> Option<Refusal> {
         let current = self.instances.get(&reg.instance)?.current?;
-        let mut live = self
+        let live: Vec<&Session> = self
             .sessions
             .values()
-            .filter(|s| s.instance.name == reg.instance && s.instance.epoch == current);
-        let first = live.clone().next()?;
-        if live.any(|s| s.conn == conn) {
+            .filter(|s| s.instance.name == reg.instance && s.instance.epoch == current)
+            .collect();
+        if live.iter().any(|s| s.conn == conn) {
             return None;
         }
-        let live = first;
-        let held = &live.instance;
+        let held = &live.first()?.instance;
         let what = if held.identity.digest() != &reg.identity {
             "computation identity"
         } else if held.layout.encode() != reg.layout.as_slice() {

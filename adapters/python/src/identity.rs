@@ -10,9 +10,10 @@ use orbitkv_adapters::identity::{
     EngineSettings, FingerprintOptions, IdentityEnv, ModelSource, hub, resolve,
 };
 use orbitkv_state::engine_hash::{sglang, vllm};
-use orbitkv_state::{EngineKind, Label, ModelDigest, hex};
+use orbitkv_state::{ModelDigest, hex};
 
 use crate::errors::{InvalidInput, error, invalid};
+use crate::layout::{engine_kind, label};
 
 /// A resolved computation identity: what the engine registers, and what went into it.
 #[pyclass(frozen, module = "orbitkv._native", get_all)]
@@ -45,10 +46,6 @@ impl Identity {
     fn __repr__(&self) -> String {
         format!("Identity({:?}, model_dir={:?})", self.text, self.model_dir)
     }
-}
-
-fn label(py: Python<'_>, what: &'static str, v: &str) -> PyResult<Label> {
-    Label::new(what, v).map_err(|e| invalid(py, e.to_string()))
 }
 
 fn identity_error(py: Python<'_>, e: &orbitkv_adapters::Error) -> PyErr {
@@ -86,9 +83,7 @@ pub fn resolve_identity(
     lora: bool,
     threads: Option<usize>,
 ) -> PyResult<Identity> {
-    let kind: EngineKind = engine
-        .parse()
-        .map_err(|e: orbitkv_state::Error| invalid(py, e.to_string()))?;
+    let kind = engine_kind(py, engine)?;
     let engine_settings = EngineSettings {
         engine: kind,
         release: label(py, "release", release)?,

@@ -13,8 +13,15 @@ use orbitkv_state::{
 
 use crate::errors::invalid;
 
-fn label(py: Python<'_>, what: &'static str, v: &str) -> PyResult<Label> {
+/// A setting's value as a label (what identities and formats are made of).
+pub(crate) fn label(py: Python<'_>, what: &'static str, v: &str) -> PyResult<Label> {
     Label::new(what, v).map_err(|e| invalid(py, e.to_string()))
+}
+
+/// An engine's name (`vllm`, `sglang`).
+pub(crate) fn engine_kind(py: Python<'_>, name: &str) -> PyResult<EngineKind> {
+    name.parse()
+        .map_err(|e: orbitkv_state::Error| invalid(py, e.to_string()))
 }
 
 /// A rank argument: an int, or `"replicated"` (one copy shared by every rank, as MLA's).
@@ -79,9 +86,7 @@ impl StateFormat {
                 })
             })
             .collect::<PyResult<Vec<_>>>()?;
-        let engine: EngineKind = engine
-            .parse()
-            .map_err(|e: orbitkv_state::Error| invalid(py, e.to_string()))?;
+        let engine = engine_kind(py, engine)?;
         let inner = Format {
             dtype: label(py, "dtype", dtype)?,
             kv_quant: label(py, "kv_quant", kv_quant)?,
