@@ -18,7 +18,9 @@
 //!
 //! Run: `cargo bench -p orbitkv-benches --bench group_commit` (environment:
 //! `ORBITKV_BENCH_ROUNDS`, default 5; `ORBITKV_BENCH_DIR`, default a temporary directory under
-//! `target/`, which must take O_DIRECT). Not a CI gate: docs/performance.md records results.
+//! `target/`, which must take O_DIRECT; `ORBITKV_BENCH_PUBLISHERS`, default `1,2,8`;
+//! `ORBITKV_BENCH_BEHIND=0` skips `behind`, to profile one part alone). Not a CI gate:
+//! docs/performance.md records results.
 
 #![expect(
     clippy::unwrap_used,
@@ -204,7 +206,23 @@ fn main() {
     let tmp = tempfile::tempdir_in(&base).unwrap();
     let d = Daemon::start(tmp.path(), DRAM_BYTES);
     println!("group-commit bench: {reps} interleaved repetitions");
+    let publisher_counts = env_list("ORBITKV_BENCH_PUBLISHERS", &[1, 2, 8]);
+    if env_u64("ORBITKV_BENCH_BEHIND", 1) != 0 {
+        behind(&d, reps);
+    }
+    durable(&d, tmp.path(), reps, &publisher_counts);
+}
 
+/// A comma-separated list of counts from the environment, or `default`.
+fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
+    std::env::var(name).map_or_else(
+        |_| default.to_vec(),
+        |v| v.split(',').map(|n| n.trim().parse().unwrap()).collect(),
+    )
+}
+
+/// The Query behind a pending PublishDurable.
+fn behind(d: &Daemon, reps: u32) {
     // Behind: 16 x 2 MiB Publishes, a Query on the same connection while each is pending.
     let mut p = Publisher::seal(&d.socket, instance("behind", 32), 1);
     let page = p.sim.page_bytes() as usize;
@@ -263,14 +281,14 @@ fn main() {
         q99 * 1e6,
         b99 / q99
     );
-    drop(p);
-    drop(idle);
+}
 
-    // Durable throughput with 1, 2 and 8 publishers vs raw O_DIRECT batches.
+/// Durable throughput with `counts` publishers vs raw O_DIRECT batches.
+fn durable(d: &Daemon, dir: &Path, reps: u32, counts: &[usize]) {
     // Every repetition moves this many bytes, whatever the number of publishers: long enough
     // for the disk's and the CPUs' jitter to average out.
     const REP_BYTES: usize = 512 << 20;
-    for publishers in [1usize, 2, 8] {
+    for &publishers in counts {
         let mut pubs: Vec<Publisher> = (0..publishers)
             .map(|i| {
                 Publisher::seal(
@@ -294,7 +312,7 @@ fn main() {
         // pages of one size does after its first minutes.
         let warm = (DRAM_BYTES / bytes as u64).max(1) as u32 + 1;
         let mut ratios = Vec::new();
-        let raw_file = tmp.path().join("raw.bin");
+        let raw_file = dir.join("raw.bin");
         for rep in 0..warm + reps {
             // The disk's speed drifts over seconds: each repetition pairs a daemon run with a
             // raw run next to it, in turn first, and the ratio is taken per pair.

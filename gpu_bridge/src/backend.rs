@@ -29,8 +29,8 @@ pub trait PagePool: Send + Sync {
         layers: Range<u32>,
         bytes: &[u8],
     ) -> Result<()>;
-    /// Copies all layers of `group` out of the leased page into `out` (packed), then re-checks
-    /// the page's generation: a page reused during the copy gives an error and an empty `out`.
+    /// Appends all layers of `group` of the leased page to `out` (packed), then re-checks the
+    /// page's generation: a page reused during the copy gives an error and `out` as it was.
     fn copy_out(&self, lease: &PageLease, group: u32, out: &mut Vec<u8>) -> Result<()>;
     /// Stops all further copies (the engine disconnected); copies in progress finish first.
     fn detach(&self);

@@ -100,9 +100,21 @@ impl Bridge {
         lease.pool().copy_in(lease, group, layers, bytes)
     }
 
-    /// Copies `group` out of the leased page into `out`; an error (and an empty `out`) when
-    /// the page was reused during the copy.
+    /// Copies `group` out of the leased page into `out` (replacing its contents); an error (and
+    /// an empty `out`) when the page was reused during the copy.
     pub fn publish(&self, lease: &PageLease, group: u32, out: &mut Vec<u8>) -> Result<()> {
+        out.clear();
+        lease.pool().copy_out(lease, group, out)
+    }
+
+    /// As [`Bridge::publish`], appending the copy to `out` (a frame's header gap is already
+    /// there); on an error `out` is as it was.
+    pub fn publish_appending(
+        &self,
+        lease: &PageLease,
+        group: u32,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
         lease.pool().copy_out(lease, group, out)
     }
 }

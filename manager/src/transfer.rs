@@ -17,9 +17,9 @@ use orbitkv_gpu_bridge::{
 use orbitkv_protocol::ErrorCode;
 use orbitkv_protocol::PageStatus;
 use orbitkv_protocol::message::{LoadPage, PublishPage};
-use orbitkv_segments::RecordMeta;
+use orbitkv_segments::{Alignment, RecordMeta};
 use orbitkv_state::{CacheGroupId, RankSpec, Ranks, StateKey, TokenRange};
-use orbitkv_store::{Pin, Prepared, Retry, StateStore};
+use orbitkv_store::{FrameBuf, Pin, Prepared, Retry, StateStore};
 
 use crate::query::Located;
 use crate::session::{Refusal, Session};
@@ -399,7 +399,7 @@ pub const COMMIT_BUNDLE_BYTES: usize = 4 << 20;
 /// faulted in rather than in a fresh allocation (at most [`Spare::RETAIN`] bytes kept).
 #[derive(Debug, Default)]
 pub struct Spare {
-    bufs: Vec<Vec<u8>>,
+    bufs: Vec<FrameBuf>,
     bytes: usize,
 }
 
@@ -407,23 +407,18 @@ impl Spare {
     /// Bytes of buffers kept at most.
     pub const RETAIN: usize = 64 << 20;
 
-    /// A kept buffer (empty), or a new one.
-    pub fn take(&mut self) -> Vec<u8> {
-        match self.bufs.pop() {
-            Some(b) => {
-                self.bytes -= b.capacity();
-                b
-            }
-            None => Vec::new(),
-        }
+    /// A kept buffer, if any.
+    pub fn take(&mut self) -> Option<FrameBuf> {
+        let b = self.bufs.pop()?;
+        self.bytes -= b.capacity();
+        Some(b)
     }
 
-    /// Keeps `b` (emptied) if its capacity fits under [`Spare::RETAIN`]; returns whether it did.
-    pub fn give(&mut self, mut b: Vec<u8>) -> bool {
+    /// Keeps `b` if its capacity fits under [`Spare::RETAIN`]; returns whether it did.
+    pub fn give(&mut self, b: FrameBuf) -> bool {
         if self.bytes + b.capacity() > Self::RETAIN {
             return false;
         }
-        b.clear();
         self.bytes += b.capacity();
         self.bufs.push(b);
         true
@@ -436,20 +431,23 @@ impl Spare {
 pub struct Copied {
     /// Per page, in request order: `Ok` when copied.
     pub statuses: Vec<PageStatus>,
-    /// The copies: (request position, record, bytes).
-    records: Vec<(usize, RecordMeta, Vec<u8>)>,
+    /// The copies: (request position, record, its frame).
+    records: Vec<(usize, RecordMeta, FrameBuf)>,
     /// Buffers taken for pages that were not copied.
-    unused: Vec<Vec<u8>>,
+    unused: Vec<FrameBuf>,
 }
 
 impl Copied {
     /// Bytes copied out.
     pub fn bytes(&self) -> u64 {
-        self.records.iter().map(|(_, _, b)| b.len() as u64).sum()
+        self.records
+            .iter()
+            .map(|(_, _, b)| b.payload().len() as u64)
+            .sum()
     }
 
     /// Every buffer it holds, for the next Publish.
-    pub fn into_buffers(self) -> Vec<Vec<u8>> {
+    pub fn into_buffers(self) -> Vec<FrameBuf> {
         let mut bufs = self.unused;
         bufs.extend(self.records.into_iter().map(|(_, _, b)| b));
         bufs.retain(|b| b.capacity() > 0);
@@ -458,24 +456,28 @@ impl Copied {
 }
 
 /// Copies each page out (fenced, re-checked seqlock-style: a page reused during its copy is not
-/// kept) into buffers from `take`. Once this returns the engine may reuse every page: nothing
-/// reads them afterwards.
+/// kept) into frames built in place for `store` ([`FrameBuf::begin`]: the store then writes
+/// them, and keeps them in its DRAM tier, without copying), in buffers from `take`. Once this
+/// returns the engine may reuse every page: nothing reads them afterwards.
 pub fn copy_out(
     bridge: &Bridge,
     session: &Session,
+    store: &StateStore,
     pages: &[PublishPage],
-    take: &mut dyn FnMut() -> Vec<u8>,
+    take: &mut dyn FnMut() -> FrameBuf,
 ) -> Copied {
     let inst: &Arc<crate::session::SealedInstance> = &session.instance;
+    let alignment = store.frame_alignment();
     let mut statuses = vec![PageStatus::Ok; pages.len()];
     let mut records = Vec::with_capacity(pages.len());
     let mut unused = Vec::new();
     for (i, p) in pages.iter().enumerate() {
         let mut buf = take();
-        match copy_page(bridge, inst, session.rank, p, &mut buf) {
+        match copy_page(bridge, inst, session.rank, p, alignment, &mut buf) {
             Ok(meta) => records.push((i, meta, buf)),
             Err(status) => {
                 statuses[i] = status;
+                buf.clear();
                 unused.push(buf);
             }
         }
@@ -497,7 +499,7 @@ pub struct Stored {
     /// The longest wait the store asked for before a `RetryLater` page is sent again.
     pub retry_after: std::time::Duration,
     /// Buffers its records no longer need, for the publisher's next copies.
-    pub buffers: Vec<Vec<u8>>,
+    pub buffers: Vec<FrameBuf>,
 }
 
 impl Stored {
@@ -529,21 +531,22 @@ impl Stored {
     }
 }
 
-/// Records of several Publishes, encoded for the store ahead of its append.
+/// Records of several Publishes, for one append.
 pub struct Bundle {
-    /// Each record: (publish, request position, record, bytes), in arrival order.
+    /// Each record: (publish, request position, record, frame), in arrival order.
     records: Vec<Waiting>,
-    /// The encoding, or why the store refused it.
-    prepared: orbitkv_store::Result<Prepared>,
+    /// Their encoding, where the store does not write frames as built (compression), or why
+    /// the store refused it.
+    prepared: Option<orbitkv_store::Result<Prepared>>,
 }
 
-/// A record waiting to be stored: (publish, request position, record, bytes).
-pub type Waiting = (usize, usize, RecordMeta, Vec<u8>);
+/// A record waiting to be stored: (publish, request position, record, frame).
+pub type Waiting = (usize, usize, RecordMeta, FrameBuf);
 
 impl Bundle {
     /// Its payload bytes.
     pub fn bytes(&self) -> usize {
-        self.records.iter().map(|r| r.3.len()).sum()
+        self.records.iter().map(|r| r.3.payload().len()).sum()
     }
 }
 
@@ -560,9 +563,13 @@ pub fn take_records(publishes: &mut [&mut Copied]) -> Vec<Waiting> {
     out
 }
 
+/// Frames one bundle holds at most: one vectored write takes at most `IOV_MAX` buffers.
+const BUNDLE_FRAMES: usize = 1024;
+
 /// Puts `records` into bundles of at most [`COMMIT_BUNDLE_BYTES`] of payload (and half a
-/// segment) across publishers, each encoded by the calling thread and handed to `each` at once;
-/// stops when `each` returns false.
+/// segment, and [`BUNDLE_FRAMES`] records) across publishers, each handed to `each` at once
+/// (encoded by the calling thread where the store does not write frames as built); stops when
+/// `each` returns false.
 pub fn bundle_records(
     store: &StateStore,
     records: Vec<Waiting>,
@@ -577,15 +584,20 @@ pub fn bundle_records(
     while all.peek().is_some() {
         let mut records = Vec::new();
         let mut bytes = 0;
-        while let Some(r) = all.next_if(|r| records.is_empty() || bytes + r.3.len() <= cap) {
-            bytes += r.3.len();
+        while let Some(r) = all.next_if(|r| {
+            records.is_empty()
+                || (bytes + r.3.payload().len() <= cap && records.len() < BUNDLE_FRAMES)
+        }) {
+            bytes += r.3.payload().len();
             records.push(r);
         }
-        let views: Vec<(RecordMeta, &[u8])> = records
-            .iter()
-            .map(|(_, _, m, b)| (m.clone(), b.as_slice()))
-            .collect();
-        let prepared = store.prepare(&views);
+        let prepared = (!store.takes_frames()).then(|| {
+            let views: Vec<(RecordMeta, &[u8])> = records
+                .iter()
+                .map(|(_, _, m, b)| (m.clone(), b.payload()))
+                .collect();
+            store.prepare(&views)
+        });
         if !each(Bundle { records, prepared }) {
             return;
         }
@@ -596,43 +608,50 @@ pub fn bundle_records(
 /// caller's one sync then makes it durable), noting each record's outcome in `out`, indexed by
 /// publish. When the store rejects the bundle for one of its records, they are stored one by
 /// one, so only the rejected ones fail; a bundle refused for the store's sake (full,
-/// read-only) fails whole, each page saying whether to publish it again. The records' buffers
-/// go to their publishes' [`Stored::buffers`].
+/// read-only) fails whole, each page saying whether to publish it again. Buffers for the
+/// publishers' next copies (the memory of copies the DRAM tier evicted, or the frames of
+/// records not stored) go to their publishes' [`Stored::buffers`].
 pub fn store_bundle(store: &StateStore, bundle: Bundle, out: &mut [Stored]) {
-    let Bundle {
-        mut records,
-        prepared,
-    } = bundle;
-    let result = prepared.and_then(|p| {
-        let mut views: Vec<(&RecordMeta, &mut Vec<u8>)> =
-            records.iter_mut().map(|(_, _, m, b)| (&*m, b)).collect();
-        store.put_prepared(&mut views, p)
-    });
+    let Bundle { records, prepared } = bundle;
+    // Each record's (publish, request position), and the records for the store.
+    let names: Vec<(usize, usize)> = records.iter().map(|(j, at, _, _)| (*j, *at)).collect();
+    let mut frames: Vec<(RecordMeta, FrameBuf)> =
+        records.into_iter().map(|(_, _, m, b)| (m, b)).collect();
+    let result = match prepared {
+        Some(Err(e)) => Err(e),
+        Some(Ok(p)) => store.put_frames(&mut frames, Some(p)),
+        None => store.put_frames(&mut frames, None),
+    };
     match result {
-        Ok(receipt) => {
-            for (j, _, _, _) in &records {
+        Ok((receipt, memory)) => {
+            for ((j, _), m) in names.iter().zip(memory) {
                 out[*j].durable &= receipt.durable;
+                out[*j].buffers.extend(m);
             }
         }
         // One record the store rejects (its range conflicts with a stored one, say) must not
         // take the others with it.
-        Err(e) if e.retry() == Retry::Rejected => {
-            for (j, at, meta, b) in &records {
-                match store.put(&[(meta.clone(), b.as_slice())]) {
-                    Ok(receipt) => out[*j].durable &= receipt.durable,
+        Err(e) if e.retry() == Retry::Rejected && frames.len() == names.len() => {
+            for ((j, at), record) in names.iter().zip(frames) {
+                let mut one = vec![record];
+                match store.put_frames(&mut one, None) {
+                    Ok((receipt, memory)) => {
+                        out[*j].durable &= receipt.durable;
+                        out[*j].buffers.extend(memory.into_iter().flatten());
+                    }
                     Err(e) => out[*j].refused(*at, &e),
                 }
+                out[*j].buffers.extend(one.into_iter().map(|(_, b)| b));
             }
         }
         Err(e) => {
-            for (j, at, _, _) in &records {
+            for (j, at) in &names {
                 out[*j].refused(*at, &e);
             }
-        }
-    }
-    for (j, _, _, b) in records {
-        if b.capacity() > 0 {
-            out[j].buffers.push(b);
+            // Frames the store did not take go back to their publishers.
+            for ((j, _), (_, b)) in names.iter().zip(frames) {
+                out[*j].buffers.push(b);
+            }
         }
     }
 }
@@ -654,7 +673,8 @@ fn copy_page(
     inst: &crate::session::SealedInstance,
     session_rank: u32,
     p: &PublishPage,
-    buf: &mut Vec<u8>,
+    alignment: Alignment,
+    buf: &mut FrameBuf,
 ) -> Result<RecordMeta, PageStatus> {
     let contract = inst
         .contract
@@ -698,10 +718,15 @@ fn copy_page(
     let lease = bridge
         .lease(inst.epoch, p.page)
         .map_err(|e| status_of(&e))?;
+    let expected = lease.pool().spec().group(p.group).map_or(0, |g| {
+        usize::try_from(g.bytes_for(&g.all_layers())).unwrap_or(0)
+    });
     bridge
-        .publish(&lease, p.group, buf)
+        .publish_appending(&lease, p.group, buf.begin(alignment, expected))
         .map_err(|e| status_of(&e))?;
     drop(lease);
+    // Its CRC32C while the page is still in cache; the fill to the alignment unit.
+    buf.finish(alignment).map_err(|_| PageStatus::BadGeometry)?;
     Ok(RecordMeta {
         key: k,
         parent,

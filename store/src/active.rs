@@ -17,6 +17,7 @@ use orbitkv_segments::{
 use orbitkv_state::StateKey;
 
 use crate::error::{Result, io_err};
+use crate::framed::FrameBuf;
 use crate::io::aligned::aligned_vec;
 use crate::io::{IoFile, WriteBuf};
 
@@ -48,19 +49,20 @@ impl SegmentFile {
         f: impl FnOnce(&[u8]) -> R,
     ) -> Option<R> {
         let p = self.pending.read().unwrap_or_else(|e| e.into_inner());
-        let end = offset.checked_add(len as u64)?;
+        offset.checked_add(len as u64)?;
         if let Some(at) = offset.checked_sub(p.start) {
             let at = p.pad + usize::try_from(at).ok()?;
             if let Some(b) = p.bytes.get(at..at.checked_add(len)?) {
                 return Some(f(b));
             }
         }
-        let (start, buf) = p
-            .in_flight
+        p.in_flight
             .iter()
-            .find(|(start, buf)| *start <= offset && end <= *start + buf.as_slice().len() as u64)?;
-        let at = usize::try_from(offset - start).ok()?;
-        buf.as_slice().get(at..at + len).map(f)
+            .find_map(|(start, buf)| {
+                let at = usize::try_from(offset.checked_sub(*start)?).ok()?;
+                buf.slice(at, len)
+            })
+            .map(f)
     }
 }
 
@@ -121,7 +123,17 @@ fn take_spare(capacity: usize, alignment: Alignment) -> Option<(Vec<u8>, usize)>
 
 /// Keeps the buffer of a completed write, when nothing else holds it.
 fn give_spare(buf: Arc<WriteBuf>) {
-    if let Ok(buf) = Arc::try_unwrap(buf) {
+    let Ok(buf) = Arc::try_unwrap(buf) else {
+        return;
+    };
+    if buf.is_frames() {
+        // Frames the DRAM tier keeps stay there.
+        for f in buf.into_frames() {
+            if let Ok(f) = Arc::try_unwrap(f) {
+                crate::framed::keep_spare_frame(f);
+            }
+        }
+    } else {
         let (b, pad) = buf.into_parts();
         keep_spare(b, pad);
     }
@@ -300,8 +312,52 @@ impl Active {
             enc.buf[start..start + FRAME_HEADER_LEN].copy_from_slice(&h.encode());
             out.push(IndexEntry::from_frame(self.len + *at as u64, h));
         }
-        let region = &enc.buf[enc.pad..];
-        if coalesce && region.len() < COALESCE_BELOW {
+        let buf = WriteBuf::new(std::mem::take(&mut enc.buf), enc.pad);
+        if let Some(back) = self.write_region(buf, coalesce)? {
+            (enc.buf, enc.pad) = back.into_parts();
+        }
+        self.entries.extend(out.iter().cloned());
+        Ok(Some(out))
+    }
+
+    /// Whether frames built in place for `alignment` ([`FrameBuf`], never compressed) fit this
+    /// segment's layout.
+    pub(crate) fn takes_frames(&self, alignment: Alignment) -> bool {
+        self.header.alignment == alignment && !self.header.compression
+    }
+
+    /// Appends records whose frames were built in place (each [`FrameBuf::framed_for`] this
+    /// segment, see [`Active::takes_frames`]): stamps each header with this segment's sequence
+    /// and the record sequences from `first_sequence`, then writes the frames out of their own
+    /// buffers, one vectored write — or, when `coalesce` and they are small, copies them to the
+    /// write-behind tail. Returns their entries and the frames (shared with a write in flight).
+    pub(crate) fn append_frames(
+        &mut self,
+        records: Vec<(RecordMeta, FrameBuf)>,
+        first_sequence: u64,
+        coalesce: bool,
+    ) -> Result<(Vec<IndexEntry>, Vec<Arc<FrameBuf>>)> {
+        let mut out = Vec::with_capacity(records.len());
+        let mut frames = Vec::with_capacity(records.len());
+        let mut at = 0u64;
+        for (i, (meta, mut frame)) in records.into_iter().enumerate() {
+            let h = frame.stamp(&meta, self.header.sequence, first_sequence + i as u64);
+            out.push(IndexEntry::from_frame(self.len + at, &h));
+            at += frame.frame().len() as u64;
+            frames.push(Arc::new(frame));
+        }
+        self.write_region(WriteBuf::frames(frames.clone()), coalesce)?;
+        self.entries.extend(out.iter().cloned());
+        Ok((out, frames))
+    }
+
+    /// Writes `buf` at the segment's end, which it moves: when `coalesce` (manual durability)
+    /// and it is small, into the write-behind tail; when `coalesce`, as a write in flight
+    /// (readers find its bytes in it until it completes); else at once. Returns `buf` when it
+    /// was copied or written (its memory free again).
+    fn write_region(&mut self, buf: WriteBuf, coalesce: bool) -> Result<Option<WriteBuf>> {
+        let len = buf.len();
+        if coalesce && len < COALESCE_BELOW {
             // Gathered in the write-behind tail, where readers find it until it is written.
             {
                 let mut p = self.seg.pending.write().unwrap_or_else(|e| e.into_inner());
@@ -317,10 +373,11 @@ impl Active {
                     }
                     p.start = self.len;
                 }
-                p.bytes.extend_from_slice(region);
+                for part in buf.parts() {
+                    p.bytes.extend_from_slice(part);
+                }
             }
-            self.len += region.len() as u64;
-            self.entries.extend(out.iter().cloned());
+            self.len += len as u64;
             let full = self
                 .seg
                 .pending
@@ -331,26 +388,25 @@ impl Active {
             if full {
                 self.flush_pending()?;
             }
-            return Ok(Some(out));
+            return Ok(Some(buf));
         }
         self.flush_pending()?;
-        let len = region.len();
         if coalesce && len <= MAX_SCRATCH {
-            // Written asynchronously from the encode buffer itself; readers find the frames in
-            // it until the write is known complete.
+            // Written asynchronously from the buffer itself; readers find the frames in it
+            // until the write is known complete.
             self.bound_in_flight()?;
-            let buf = Arc::new(WriteBuf::new(std::mem::take(&mut enc.buf), enc.pad));
+            let buf = Arc::new(buf);
             self.list_in_flight(self.len, &buf);
             self.submit_listed(buf, self.len)?;
-        } else {
-            self.seg
-                .file
-                .write_all_at(region, self.len)
-                .map_err(io_err(&self.seg.path, "write"))?;
+            self.len += len as u64;
+            return Ok(None);
         }
+        self.seg
+            .file
+            .write_buf_at(&buf, 0, self.len)
+            .map_err(io_err(&self.seg.path, "write"))?;
         self.len += len as u64;
-        self.entries.extend(out.iter().cloned());
-        Ok(Some(out))
+        Ok(Some(buf))
     }
 
     /// Lists `buf` as a write in flight at `offset`, where readers find its bytes.

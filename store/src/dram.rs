@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use orbitkv_state::StateKey;
 
+use crate::framed::FrameBuf;
 use crate::ghost::{Ghost, fingerprint};
 
 const SHARDS: usize = 64;
@@ -25,7 +26,8 @@ type Shard = RwLock<HashMap<StateKey, Arc<Entry>>>;
 
 struct Entry {
     sequence: u64,
-    bytes: Vec<u8>,
+    /// The payload: a copy, or the frame buffer the record was written from.
+    bytes: Arc<FrameBuf>,
     read: AtomicBool,
 }
 
@@ -40,7 +42,7 @@ struct Queues {
     /// into pages already faulted in rather than into fresh ones the kernel must zero first.
     /// Oldest first: a new eviction pushes out the oldest, so copies of a length no longer
     /// inserted cannot keep the room from those that are.
-    free: VecDeque<Vec<u8>>,
+    free: VecDeque<FrameBuf>,
     free_bytes: u64,
 }
 
@@ -120,7 +122,7 @@ impl DramTier {
             }
         };
         entry.read.store(true, Ordering::Relaxed);
-        Some(f(&entry.bytes))
+        Some(f(entry.bytes.payload()))
     }
 
     /// Forgets the copy of `key` if it is of `sequence` or older.
@@ -138,30 +140,32 @@ impl DramTier {
     /// Keeps a copy of `bytes` as the record of `key` at `sequence`, evicting as needed first.
     /// Copies larger than a quarter of the budget are not kept.
     pub(crate) fn insert(&self, key: &StateKey, sequence: u64, bytes: &[u8]) {
-        self.keep(key, sequence, bytes.len(), |free| match free {
-            Some(mut b) => {
-                b.copy_from_slice(bytes);
-                b
-            }
-            None => bytes.to_vec(),
+        self.keep(key, sequence, bytes.len(), |free| {
+            Arc::new(FrameBuf::copy_of(free, bytes))
         });
     }
 
-    /// Keeps the record of `key` at `sequence`, as [`DramTier::insert`] does, trading buffers
-    /// where it can: when the tier has the memory of an evicted copy of the same length, it keeps
-    /// `bytes` itself, without copying it, and leaves `bytes` holding that memory, for the
-    /// caller's next copy. Otherwise (the tier is still filling) it copies, and the caller keeps
-    /// its buffer: its next copy then needs no fresh memory either. A buffer much larger than
-    /// its bytes is always copied (the tier counts bytes, not capacity).
-    pub(crate) fn take(&self, key: &StateKey, sequence: u64, bytes: &mut Vec<u8>) {
-        if bytes.capacity() > bytes.len() + bytes.len() / 8 {
-            self.insert(key, sequence, bytes);
-            return;
+    /// Keeps the record of `key` at `sequence` in `frame`, the buffer it was written from,
+    /// without copying it (as [`DramTier::insert`] keeps a copy); returns the memory of an
+    /// evicted copy of the same length, where there is one, for the caller's next copy. A
+    /// buffer much larger than its payload is copied instead (the tier counts payload bytes).
+    pub(crate) fn take(
+        &self,
+        key: &StateKey,
+        sequence: u64,
+        frame: &Arc<FrameBuf>,
+    ) -> Option<FrameBuf> {
+        let len = frame.payload().len();
+        if frame.capacity() > len + len / 8 {
+            self.insert(key, sequence, frame.payload());
+            return None;
         }
-        self.keep(key, sequence, bytes.len(), |free| match free {
-            Some(free) => std::mem::replace(bytes, free),
-            None => bytes.clone(),
+        let mut traded = None;
+        self.keep(key, sequence, len, |free| {
+            traded = free;
+            Arc::clone(frame)
         });
+        traded
     }
 
     /// Keeps the copy `make` returns (given the memory of an evicted copy of `len` bytes, where
@@ -173,7 +177,7 @@ impl DramTier {
         key: &StateKey,
         sequence: u64,
         len: usize,
-        make: impl FnOnce(Option<Vec<u8>>) -> Vec<u8>,
+        make: impl FnOnce(Option<FrameBuf>) -> Arc<FrameBuf>,
     ) {
         let n = len as u64;
         if !self.enabled() || n > self.budget / 4 {
@@ -194,7 +198,11 @@ impl DramTier {
         self.evict(&mut q, n, capacity);
         // The memory of an evicted copy of the same length, where there is one.
         let reusable = n >= FREE_MIN_LEN;
-        let free = match q.free.iter().rposition(|b| reusable && b.len() == len) {
+        let free = match q
+            .free
+            .iter()
+            .rposition(|b| reusable && b.payload().len() == len)
+        {
             Some(i) => {
                 q.free_bytes -= n;
                 q.free.remove(i)
@@ -271,18 +279,20 @@ impl DramTier {
                         None
                     };
                     drop(map);
-                    // Its memory, unless a reader still holds the copy.
-                    if let Some(e) = gone.and_then(|e| Arc::try_unwrap(e).ok())
+                    // Its memory, unless a reader or a write in flight still holds it.
+                    if let Some(b) = gone
+                        .and_then(|e| Arc::try_unwrap(e).ok())
+                        .and_then(|e| Arc::try_unwrap(e.bytes).ok())
                         && n >= FREE_MIN_LEN
                         && n <= keep_free
                     {
                         while q.free_bytes + n > keep_free
                             && let Some(old) = q.free.pop_front()
                         {
-                            q.free_bytes -= old.len() as u64;
+                            q.free_bytes -= old.payload().len() as u64;
                         }
                         q.free_bytes += n;
-                        q.free.push_back(e.bytes);
+                        q.free.push_back(b);
                     }
                     if from_small {
                         q.ghost.remember(fingerprint(&k), capacity);
@@ -296,6 +306,7 @@ impl DramTier {
 
 #[cfg(test)]
 mod tests {
+    use orbitkv_segments::Alignment;
     use orbitkv_state::{CacheGroupId, Component, HashDomain, Namespace, RankSpec};
 
     use super::*;
@@ -370,40 +381,62 @@ mod tests {
         assert!(reused > 100, "{reused} copies reused evicted memory");
     }
 
+    /// A finished frame of `len` payload bytes, all `byte`, in `memory` when given.
+    fn frame(len: usize, byte: u8, memory: Option<FrameBuf>) -> Arc<FrameBuf> {
+        let mut f = memory.unwrap_or_default();
+        let b = f.begin(Alignment::Direct, len);
+        b.resize(b.len() + len, 0);
+        Arc::new(FrameBuf::framed_test(f, byte))
+    }
+
     #[test]
-    fn take_trades_buffers_once_full_and_copies_while_filling() {
+    fn take_keeps_frames_and_trades_evicted_memory_once_full() {
         let len = 64 << 10;
         let t = DramTier::new(64 * len as u64);
         let mut out = Vec::new();
-        let (mut copied, mut traded) = (0, 0);
+        let (mut kept, mut traded) = (0, 0);
+        let mut memory = None;
         for i in 0..256u64 {
-            let mut bytes = vec![i as u8; len];
-            let at = bytes.as_ptr() as usize;
-            t.take(&key(i), i + 1, &mut bytes);
+            let f = frame(len, i as u8, memory.take());
+            let at = f.payload().as_ptr() as usize;
+            memory = t.take(&key(i), i + 1, &f);
             assert!(t.get(&key(i), i + 1, &mut out));
             assert_eq!(out, vec![i as u8; len], "copy {i}");
-            // The caller always keeps a buffer of the same length for its next copy.
-            assert_eq!(bytes.len(), len);
-            let held = t.with(&key(i), i + 1, |b| b.as_ptr() as usize);
-            if held == Some(at) {
-                assert_ne!(bytes.as_ptr() as usize, at, "traded for other memory");
+            // The frame itself is kept, not a copy.
+            assert_eq!(t.with(&key(i), i + 1, |b| b.as_ptr() as usize), Some(at));
+            kept += 1;
+            if let Some(m) = &memory {
+                assert_eq!(
+                    m.payload().len(),
+                    len,
+                    "memory of a copy of the same length"
+                );
                 traded += 1;
-            } else {
-                assert_eq!(bytes, vec![i as u8; len], "copied: the buffer is untouched");
-                copied += 1;
             }
             assert!(t.used_bytes() <= 64 * len as u64);
         }
-        // The first 64 fill the tier (copies); then each insert evicts a copy whose memory is
-        // traded for the caller's buffer.
-        assert!(copied >= 64, "{copied} copied");
+        assert_eq!(kept, 256);
+        // The first 64 fill the tier; then each evicts a copy whose memory comes back.
         assert!(traded > 150, "{traded} traded");
-        // Not kept (an older sequence than the one held): the buffer stays with the caller.
-        let mut old = vec![9u8; len];
-        t.take(&key(255), 1, &mut old);
-        assert_eq!(old, vec![9u8; len]);
+        // Not kept (an older sequence than the one held).
+        let old = frame(len, 9, None);
+        assert!(t.take(&key(255), 1, &old).is_none());
         assert!(t.get(&key(255), 256, &mut out));
         assert_eq!(out, vec![255u8; len]);
+    }
+
+    #[test]
+    fn a_frame_much_larger_than_its_payload_is_copied() {
+        let t = DramTier::new(1 << 20);
+        let mut big = FrameBuf::default();
+        big.begin(Alignment::Direct, 64 << 10);
+        let f = frame(1000, 3, Some(big));
+        assert!(t.take(&key(1), 1, &f).is_none());
+        let held = t
+            .with(&key(1), 1, |b| (b.as_ptr() as usize, b.to_vec()))
+            .unwrap();
+        assert_ne!(held.0, f.payload().as_ptr() as usize, "a copy");
+        assert_eq!(held.1, vec![3u8; 1000]);
     }
 
     #[test]
@@ -413,14 +446,11 @@ mod tests {
         let (old, new) = (256 << 10, 128 << 10);
         let t = DramTier::new(64 * old as u64);
         for i in 0..256u64 {
-            t.take(&key(i), i + 1, &mut vec![1u8; old]);
+            t.insert(&key(i), i + 1, &vec![1u8; old]);
         }
         let mut traded = 0;
         for i in 256..1024u64 {
-            let mut bytes = vec![2u8; new];
-            let at = bytes.as_ptr() as usize;
-            t.take(&key(i), i + 1, &mut bytes);
-            if t.with(&key(i), i + 1, |b| b.as_ptr() as usize) == Some(at) {
+            if t.take(&key(i), i + 1, &frame(new, 2, None)).is_some() {
                 traded += 1;
             }
         }

@@ -40,6 +40,7 @@ pub mod dir;
 mod dram;
 pub mod error;
 mod forward;
+mod framed;
 pub mod fsck;
 mod ghost;
 pub mod io;
@@ -72,6 +73,7 @@ pub use crate::config::{
 pub use crate::dir::Layout;
 use crate::dram::DramTier;
 pub use crate::error::{Error, Result, Retry, WriteRefusal};
+pub use crate::framed::FrameBuf;
 use crate::ghost::Ghost;
 use crate::io::Io;
 pub use crate::manifest::MAX_MANIFEST_BYTES;

@@ -13,13 +13,15 @@ use std::time::Instant;
 
 use orbitkv_index::{Insert, Record, Tier};
 use orbitkv_segments::{
-    Alignment, Compression, FRAME_HEADER_LEN, RecordMeta, SEGMENT_HEADER_LEN, SegmentHeader,
+    Alignment, Compression, FRAME_HEADER_LEN, IndexEntry, RecordMeta, SEGMENT_HEADER_LEN,
+    SegmentHeader,
 };
 use orbitkv_state::StateKey;
 use orbitkv_wal::{ManifestRecord, SegmentCreated, SegmentSealed};
 
 use crate::active::{Active, Encoded, SegmentFile};
 use crate::error::{Error, Result, WriteRefusal, io_err};
+use crate::framed::FrameBuf;
 use crate::ghost::fingerprint;
 use crate::io::OpenMode;
 use crate::open::now_ms;
@@ -27,10 +29,18 @@ use crate::reclaimer::{Log, Policy};
 use crate::stats::Stats;
 use crate::{Durability, MAX_BUNDLE_BYTES, NO_SPACE_RETRY, StateStore, Writer};
 
-/// A bundle encoded by [`StateStore::prepare`], waiting for [`StateStore::put_prepared`].
+/// A bundle encoded by [`StateStore::prepare`], waiting for [`StateStore::put_frames`].
 pub struct Prepared {
     enc: Encoded,
     records: usize,
+}
+
+/// Takes `records`' frames, each beside its key, shared (for the DRAM tier).
+fn keyed(records: &mut Vec<(RecordMeta, FrameBuf)>) -> Vec<(StateKey, Arc<FrameBuf>)> {
+    records
+        .drain(..)
+        .map(|(m, f)| (m.key, Arc::new(f)))
+        .collect()
 }
 
 /// What a put did.
@@ -233,12 +243,12 @@ impl StateStore {
 
     /// Which log a bundle goes to: with S3-FIFO, the main log when the ghost set remembers one
     /// of its keys, else probation; with the one-log policies, the main log.
-    fn placement(&self, w: &mut Writer, records: &[(RecordMeta, &[u8])]) -> Log {
+    fn placement<'a>(&self, w: &mut Writer, metas: impl Iterator<Item = &'a RecordMeta>) -> Log {
         if self.config.ssd_bytes.is_none() || self.config.policy != Policy::S3Fifo {
             return Log::Main;
         }
         let mut remembered = false;
-        for (meta, _) in records {
+        for meta in metas {
             remembered |= w.ghost.take(fingerprint(&meta.key));
         }
         if remembered {
@@ -285,10 +295,11 @@ impl StateStore {
         receipt
     }
 
-    /// Encodes a bundle of records for [`StateStore::put_prepared`]: the payload copy and CRC,
-    /// done by the calling thread without the writer's lock, so that one thread encodes the
-    /// next bundle while another appends the last. Refuses the bundle as [`StateStore::put`]
-    /// would for its sizes.
+    /// Encodes a bundle of records for [`StateStore::put_frames`] where the store cannot take
+    /// their frames as built ([`StateStore::takes_frames`] is false: compression): the
+    /// payload copy, compression and CRC, done by the calling thread without the writer's lock,
+    /// so that one thread encodes the next bundle while another appends the last. Refuses the
+    /// bundle as [`StateStore::put`] would for its sizes.
     pub fn prepare(&self, records: &[(RecordMeta, &[u8])]) -> Result<Prepared> {
         let mut total = 0u64;
         for (_, payload) in records {
@@ -312,53 +323,93 @@ impl StateStore {
         })
     }
 
-    /// Appends a bundle [`StateStore::prepare`] encoded from exactly these `records`, as
-    /// [`StateStore::put`] does. Once the DRAM tier is full, it keeps each payload's buffer
-    /// itself rather than a copy, and the `Vec` is left holding the memory of a copy it evicted,
-    /// of the same length. Either way each `Vec` holds a buffer for the caller's next copy.
-    pub fn put_prepared(
+    /// The alignment to build frames for ([`FrameBuf::begin`]), so that
+    /// [`StateStore::put_frames`] writes them as they are (unless the store compresses: frames
+    /// are then encoded from their payloads).
+    pub fn frame_alignment(&self) -> Alignment {
+        self.config.alignment
+    }
+
+    /// Whether [`StateStore::put_frames`] writes frames as built (no compression).
+    pub fn takes_frames(&self) -> bool {
+        self.config.compression == Compression::None
+    }
+
+    /// A buffer for the next frame: the memory of a completed write's frame, or a new one.
+    pub fn frame_buf(&self) -> FrameBuf {
+        crate::framed::take_spare_frame()
+    }
+
+    /// Appends records whose payloads are in [`FrameBuf`]s and indexes them, as
+    /// [`StateStore::put`] does. Frames built for [`StateStore::frame_alignment`] are written
+    /// out of their own buffers, and the DRAM tier keeps those buffers: no payload byte is
+    /// copied. Otherwise they are encoded from their payloads (by `prepared`, from
+    /// [`StateStore::prepare`] over exactly these records, when given). On success `records`
+    /// is emptied, and for each record comes back the memory of a copy the tier evicted for
+    /// it, where there is one, for the caller's next copies; on a refusal before anything was
+    /// written, `records` is left as it was.
+    pub fn put_frames(
         &self,
-        records: &mut [(&RecordMeta, &mut Vec<u8>)],
-        mut prepared: Prepared,
-    ) -> Result<PutReceipt> {
+        records: &mut Vec<(RecordMeta, FrameBuf)>,
+        prepared: Option<Prepared>,
+    ) -> Result<(PutReceipt, Vec<Option<FrameBuf>>)> {
         if records.is_empty() {
-            return self.put(&[]);
+            return self.put(&[]).map(|r| (r, Vec::new()));
         }
-        if prepared.records != records.len() {
+        let mut total = 0u64;
+        for (_, f) in records.iter() {
+            total += f.payload().len() as u64;
+        }
+        if total > MAX_BUNDLE_BYTES {
             return Err(Error::BadBundle(format!(
-                "{} records, prepared as {}",
-                records.len(),
-                prepared.records
+                "a bundle of {total} bytes exceeds {MAX_BUNDLE_BYTES}"
             )));
         }
-        let receipt = {
-            let views: Vec<(RecordMeta, &[u8])> = records
+        let framed = self.takes_frames()
+            && records
                 .iter()
-                .map(|(m, b)| ((*m).clone(), b.as_slice()))
-                .collect();
-            let r = self.put_encoded(&views, &mut prepared.enc, false);
-            prepared.enc.recycle_shared();
-            r?
+                .all(|(_, f)| f.framed_for(self.config.alignment));
+        let (receipt, frames) = if framed {
+            self.append_frames(records)?
+        } else {
+            let r = {
+                let views: Vec<(RecordMeta, &[u8])> = records
+                    .iter()
+                    .map(|(m, f)| (m.clone(), f.payload()))
+                    .collect();
+                let mut prepared = match prepared {
+                    Some(p) if p.records == records.len() => p,
+                    _ => self.prepare(&views)?,
+                };
+                let r = self.put_encoded(&views, &mut prepared.enc, false);
+                prepared.enc.recycle_shared();
+                r
+            }?;
+            (r, keyed(records))
         };
         // After the writer's lock: a copy the tier holds is served only for the key and
         // sequence the index or a pin names, so it may arrive after its record is indexed.
-        for (i, (meta, payload)) in records.iter_mut().enumerate() {
-            self.dram
-                .take(&meta.key, receipt.first_sequence + i as u64, payload);
-        }
-        Ok(receipt)
+        let memory = frames
+            .iter()
+            .enumerate()
+            .map(|(i, (key, frame))| {
+                self.dram
+                    .take(key, receipt.first_sequence + i as u64, frame)
+            })
+            .collect();
+        Ok((receipt, memory))
     }
 
-    /// Appends `enc`, encoded from `records`; the DRAM tier copies each payload when `dram`.
-    fn put_encoded(
+    /// The records' checks, placement and room, under the writer's lock: the log to append
+    /// `need` bytes to (its active segment has room for them).
+    fn admit<'a>(
         &self,
-        records: &[(RecordMeta, &[u8])],
-        enc: &mut Encoded,
-        dram: bool,
-    ) -> Result<PutReceipt> {
-        let mut w = self.writer();
-        self.check_writable(&mut w)?;
-        for (meta, _) in records {
+        w: &mut Writer,
+        metas: impl Iterator<Item = &'a RecordMeta> + Clone,
+        need: u64,
+    ) -> Result<Log> {
+        self.check_writable(w)?;
+        for meta in metas.clone() {
             if !w
                 .manifest
                 .state
@@ -381,29 +432,104 @@ impl StateStore {
                 .prepare(&meta.key, &probe)
                 .map_err(|e| Error::BadBundle(e.to_string()))?;
         }
-        let log = self.placement(&mut w, records);
+        let log = self.placement(w, metas);
         // An active segment a reader found unreadable is sealed off.
         for l in [Log::Probation, Log::Main] {
             if w.active[l as usize]
                 .as_ref()
                 .is_some_and(|a| self.is_quarantined(a.seg.id))
             {
-                self.lose_unsynced(&mut w, l);
+                self.lose_unsynced(w, l);
             }
         }
-        let need = self.bundle_need(records);
         // Room for the bundle, and for a segment header and footer should it start one.
         let room = need + (SEGMENT_HEADER_LEN as u64) * 2 + self.config.alignment.unit() as u64;
-        if let Err(e) = self.make_room(&mut w, room) {
+        if let Err(e) = self.make_room(w, room) {
             if matches!(e, Error::CapacityExhausted { .. }) {
                 Stats::add(&self.stats.refused_puts, 1);
                 return Err(e);
             }
-            return Err(self.refuse_on(&mut w, e, log));
+            return Err(self.refuse_on(w, e, log));
         }
-        if let Err(e) = self.ensure_active(&mut w, log, need) {
-            return Err(self.refuse_on(&mut w, e, log));
+        if let Err(e) = self.ensure_active(w, log, need) {
+            return Err(self.refuse_on(w, e, log));
         }
+        Ok(log)
+    }
+
+    /// Appends and indexes records whose frames were built for this store's segments (see
+    /// [`StateStore::put_frames`]); returns the receipt and each record's key and frame.
+    #[expect(
+        clippy::type_complexity,
+        reason = "a receipt and the keys with their frames, for the DRAM tier"
+    )]
+    fn append_frames(
+        &self,
+        records: &mut Vec<(RecordMeta, FrameBuf)>,
+    ) -> Result<(PutReceipt, Vec<(StateKey, Arc<FrameBuf>)>)> {
+        let mut w = self.writer();
+        let need = records
+            .iter()
+            .map(|(_, f)| {
+                (f.payload().len() + FRAME_HEADER_LEN + self.config.alignment.unit()) as u64
+            })
+            .sum();
+        let log = self.admit(&mut w, records.iter().map(|(m, _)| m), need)?;
+        let first = w.next_sequence;
+        let Some(active) = w.active[log as usize].as_mut() else {
+            return Err(Error::WritesRefused(WriteRefusal::SealedOff));
+        };
+        if !active.takes_frames(self.config.alignment) {
+            // A segment resumed with other settings than the store's now: encode here.
+            drop(w);
+            let r = {
+                let views: Vec<(RecordMeta, &[u8])> = records
+                    .iter()
+                    .map(|(m, f)| (m.clone(), f.payload()))
+                    .collect();
+                let mut enc = Encoded::new(&views, self.config.alignment, self.config.compression)?;
+                let r = self.put_encoded(&views, &mut enc, false);
+                enc.recycle_shared();
+                r
+            }?;
+            return Ok((r, keyed(records)));
+        }
+        let before = active.len;
+        let coalesce = self.config.durability != Durability::EveryPut;
+        let metas: Vec<RecordMeta> = records.iter().map(|(m, _)| m.clone()).collect();
+        let (entries, frames) = match active.append_frames(std::mem::take(records), first, coalesce)
+        {
+            Ok(x) => x,
+            Err(e) => return Err(self.refuse_on(&mut w, e, log)),
+        };
+        let written = active.len - before;
+        let payloads: Vec<(RecordMeta, &[u8])> = metas
+            .into_iter()
+            .zip(&frames)
+            .map(|(m, f)| (m, f.payload()))
+            .collect();
+        let receipt = self.index_appended(&mut w, log, written, &entries, &payloads, false)?;
+        let keyed = payloads
+            .iter()
+            .map(|(m, _)| m.key)
+            .zip(frames.iter().cloned())
+            .collect();
+        Ok((receipt, keyed))
+    }
+
+    /// Appends `enc`, encoded from `records`; the DRAM tier copies each payload when `dram`.
+    fn put_encoded(
+        &self,
+        records: &[(RecordMeta, &[u8])],
+        enc: &mut Encoded,
+        dram: bool,
+    ) -> Result<PutReceipt> {
+        let mut w = self.writer();
+        let log = self.admit(
+            &mut w,
+            records.iter().map(|(m, _)| m),
+            self.bundle_need(records),
+        )?;
         let first = w.next_sequence;
         let Some(active) = w.active[log as usize].as_mut() else {
             return Err(Error::WritesRefused(WriteRefusal::SealedOff));
@@ -421,11 +547,28 @@ impl StateStore {
             Err(e) => return Err(self.refuse_on(&mut w, e, log)),
         };
         let written = active.len - before;
+        self.index_appended(&mut w, log, written, &entries, records, dram)
+    }
+
+    /// Accounts for records just appended to `log` (`written` bytes, `entries` in order of
+    /// `records`), syncs them with [`Durability::EveryPut`], and indexes them — or holds them
+    /// back until durable with [`Durability::Group`]; the DRAM tier copies each payload when
+    /// `dram`.
+    fn index_appended(
+        &self,
+        w: &mut Writer,
+        log: Log,
+        written: u64,
+        entries: &[IndexEntry],
+        records: &[(RecordMeta, &[u8])],
+        dram: bool,
+    ) -> Result<PutReceipt> {
+        let first = w.next_sequence;
         w.ssd_used += written;
         w.next_sequence += records.len() as u64;
         let durable = self.config.durability == Durability::EveryPut;
         if durable {
-            self.sync_log(&mut w, log)?;
+            self.sync_log(w, log)?;
         }
         let Some(active) = w.active[log as usize].as_mut() else {
             return Err(Error::WritesRefused(WriteRefusal::SealedOff));

@@ -139,7 +139,8 @@ impl DeviceCopier {
         Ok(())
     }
 
-    /// Copies `items` out of `region` into `outs[i]` (item `i`'s layers, packed), in batches.
+    /// Copies `items` out of `region`, appending item `i`'s layers (packed) to `outs[i]`, in
+    /// batches.
     pub fn copy_out(
         &mut self,
         region: &DeviceRegion,
@@ -162,7 +163,6 @@ impl DeviceCopier {
                 let out = outs
                     .get_mut(i)
                     .ok_or_else(|| Error::Geometry(format!("no output for item {i}")))?;
-                out.clear();
                 out.extend_from_slice(&staged[b.staged(j)]);
             }
         }

@@ -76,6 +76,23 @@ impl CudaPool {
         self.cuda.bind()?;
         Ok(self.copier.lock().unwrap_or_else(|e| e.into_inner()))
     }
+
+    /// Appends all layers of `group` of the leased page to `out`, then re-checks the page's
+    /// generation (as the host backend does: a page reused during the copy is not kept).
+    fn append_page(&self, lease: &PageLease, group: u32, out: &mut Vec<u8>) -> Result<()> {
+        self.check_attached()?;
+        let page = lease.page();
+        let before = generation_of(self.states.check(page)?);
+        let g = self.spec.group(group)?;
+        let item = Item {
+            page,
+            group,
+            layers: g.all_layers(),
+        };
+        self.copier()?
+            .copy_out(&self.region, &self.spec, &[item], std::slice::from_mut(out))?;
+        self.states.check_unchanged(page, before)
+    }
 }
 
 impl PagePool for CudaPool {
@@ -119,24 +136,12 @@ impl PagePool for CudaPool {
     }
 
     fn copy_out(&self, lease: &PageLease, group: u32, out: &mut Vec<u8>) -> Result<()> {
-        out.clear();
-        self.check_attached()?;
-        let page = lease.page();
-        let before = generation_of(self.states.check(page)?);
-        let g = self.spec.group(group)?;
-        let item = Item {
-            page,
-            group,
-            layers: g.all_layers(),
-        };
-        let mut outs = [std::mem::take(out)];
-        self.copier()?
-            .copy_out(&self.region, &self.spec, &[item], &mut outs)?;
-        let [copied] = outs;
-        // As the host backend: a page reused during the copy is not kept.
-        self.states.check_unchanged(page, before)?;
-        *out = copied;
-        Ok(())
+        let start = out.len();
+        let r = self.append_page(lease, group, out);
+        if r.is_err() {
+            out.truncate(start);
+        }
+        r
     }
 
     fn detach(&self) {

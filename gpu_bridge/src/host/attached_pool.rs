@@ -184,7 +184,7 @@ impl PagePool for AttachedPool {
     }
 
     fn copy_out(&self, lease: &PageLease, group: u32, out: &mut Vec<u8>) -> Result<()> {
-        out.clear();
+        let start = out.len();
         let r = self.attached(|| {
             let before = generation_of(self.check_lease(lease)?);
             let g = self.spec.group(group)?;
@@ -198,7 +198,7 @@ impl PagePool for AttachedPool {
             self.states.check_unchanged(lease.page(), before)
         });
         if r.is_err() {
-            out.clear();
+            out.truncate(start);
         }
         r
     }

@@ -198,6 +198,7 @@ fn no_copy_out_of_a_page_reused_mid_copy_is_kept() -> Result<()> {
             }
             Err(e) => return Err(e),
         };
+        out.clear();
         match manager.copy_out(&lease, 0, &mut out) {
             Ok(()) => {
                 kept += 1;

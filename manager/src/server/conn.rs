@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use orbitkv_gpu_bridge::fdpass::{MAX_FDS, recv_with_fds, send_nonblocking};
 use orbitkv_protocol::frame::{ReadError, read_body};
 use orbitkv_protocol::{ErrorCode, FrameHeader, HEADER_LEN, Message};
+use orbitkv_store::FrameBuf;
 
 use crate::metrics::inc;
 use crate::session::{ConnId, Refusal};
@@ -230,7 +231,7 @@ impl Conn {
     }
 
     /// Keeps `bufs` for its next Publishes, as far as its memory allows.
-    pub(crate) fn give_back(&self, bufs: Vec<Vec<u8>>) {
+    pub(crate) fn give_back(&self, bufs: Vec<FrameBuf>) {
         let mut spare = self.spare();
         for b in bufs {
             let n = b.capacity() as u64;
@@ -240,11 +241,11 @@ impl Conn {
         }
     }
 
-    /// Takes a spare copy buffer (an empty one when none is kept).
-    pub(crate) fn take_spare(&self) -> Vec<u8> {
-        let b = self.spare().take();
+    /// Takes a spare copy buffer, if it keeps one.
+    pub(crate) fn take_spare(&self) -> Option<FrameBuf> {
+        let b = self.spare().take()?;
         self.memory.release(b.capacity() as u64);
-        b
+        Some(b)
     }
 }
 

@@ -239,7 +239,10 @@ fn publish(
             ),
         ));
     }
-    let copied = crate::transfer::copy_out(&bridge, &s, &p.pages, &mut || conn.take_spare());
+    let copied = crate::transfer::copy_out(&bridge, &s, &shared.store, &p.pages, &mut || {
+        conn.take_spare()
+            .unwrap_or_else(|| shared.store.frame_buf())
+    });
     shared
         .metrics
         .published_bytes

@@ -276,7 +276,7 @@ impl FaultFile {
 impl IoFile for FaultFile {
     fn submit_write(&self, buf: &Arc<WriteBuf>, offset: u64) -> io::Result<bool> {
         if !self.state()?.plan.defer_writes {
-            return self.write_all_at(buf.as_slice(), offset).map(|()| true);
+            return self.write_buf_at(buf, 0, offset).map(|()| true);
         }
         let mut d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
         d.push((Arc::clone(buf), offset));
@@ -288,7 +288,7 @@ impl IoFile for FaultFile {
         let (mut done, mut failure) = (Vec::new(), None);
         while d.len() > in_flight || (failure.is_some() && !d.is_empty()) {
             let (buf, offset) = d.remove(0);
-            match self.write_all_at(buf.as_slice(), offset) {
+            match self.write_buf_at(&buf, 0, offset) {
                 Ok(()) => done.push(offset),
                 Err(e) => {
                     failure.get_or_insert(e);

@@ -15,6 +15,8 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::framed::FrameBuf;
+
 /// An open file: positioned reads and writes, sync, length.
 pub trait IoFile: Send + Sync {
     /// Reads up to `buf.len()` bytes at `offset`; returns how many (0 at end of file).
@@ -57,7 +59,7 @@ pub trait IoFile: Send + Sync {
     /// [`IoFile::complete_writes`], and until then the file may not show the bytes (the caller
     /// serves reads of them from `buf`). Writes in flight must not overlap.
     fn submit_write(&self, buf: &Arc<WriteBuf>, offset: u64) -> io::Result<bool> {
-        self.write_all_at(buf.as_slice(), offset).map(|()| true)
+        self.write_buf_at(buf, 0, offset).map(|()| true)
     }
 
     /// Waits until at most `in_flight` writes started by [`IoFile::submit_write`] are still in
@@ -84,6 +86,19 @@ pub trait IoFile: Send + Sync {
         Ok(())
     }
 
+    /// Writes `buf`'s bytes from its byte `from` on at `offset + from`, part after part.
+    fn write_buf_at(&self, buf: &WriteBuf, from: usize, offset: u64) -> io::Result<()> {
+        let mut at = 0usize;
+        for part in buf.parts() {
+            let skip = from.saturating_sub(at).min(part.len());
+            if skip < part.len() {
+                self.write_all_at(&part[skip..], offset + (at + skip) as u64)?;
+            }
+            at += part.len();
+        }
+        Ok(())
+    }
+
     /// Writes all of `buf` at `offset`, retrying short writes.
     fn write_all_at(&self, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
         while !buf.is_empty() {
@@ -98,30 +113,79 @@ pub trait IoFile: Send + Sync {
     }
 }
 
-/// Bytes handed to [`IoFile::submit_write`]: a buffer whose bytes start after `pad` bytes of
-/// alignment (see [`aligned::aligned_vec`]), shared between the writer, the backend (until the
-/// write completes) and readers of the bytes in flight.
+/// Bytes handed to [`IoFile::submit_write`], shared between the writer, the backend (until the
+/// write completes) and readers of the bytes in flight: one buffer whose bytes start after `pad`
+/// bytes of alignment (see [`aligned::aligned_vec`]), or consecutive frames each in its own
+/// buffer ([`FrameBuf`]), written as one vectored write.
 #[derive(Debug, Default)]
 pub struct WriteBuf {
     bytes: Vec<u8>,
     pad: usize,
+    frames: Vec<Arc<FrameBuf>>,
 }
 
 impl WriteBuf {
     /// The bytes of `bytes` after `pad`.
     pub fn new(bytes: Vec<u8>, pad: usize) -> Self {
         let pad = pad.min(bytes.len());
-        Self { bytes, pad }
+        Self {
+            bytes,
+            pad,
+            frames: Vec::new(),
+        }
     }
 
-    /// The bytes to write.
-    pub fn as_slice(&self) -> &[u8] {
-        &self.bytes[self.pad..]
+    /// The frames of `frames`, one after another.
+    pub(crate) fn frames(frames: Vec<Arc<FrameBuf>>) -> Self {
+        Self {
+            frames,
+            ..Self::default()
+        }
     }
 
-    /// The buffer and its pad, for reuse.
+    /// The bytes to write, in order: one slice, or one per frame.
+    pub fn parts(&self) -> impl Iterator<Item = &[u8]> {
+        let one = self.frames.is_empty().then(|| &self.bytes[self.pad..]);
+        one.into_iter().chain(self.frames.iter().map(|f| f.frame()))
+    }
+
+    /// Bytes to write.
+    pub fn len(&self) -> usize {
+        self.parts().map(<[u8]>::len).sum()
+    }
+
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The `len` bytes from byte `at` on, when one part holds them all.
+    pub fn slice(&self, at: usize, len: usize) -> Option<&[u8]> {
+        let mut start = 0usize;
+        for part in self.parts() {
+            if let Some(within) = at.checked_sub(start)
+                && within < part.len()
+            {
+                return part.get(within..within.checked_add(len)?);
+            }
+            start += part.len();
+        }
+        None
+    }
+
+    /// The one buffer and its pad, for reuse (empty for frames).
     pub fn into_parts(self) -> (Vec<u8>, usize) {
         (self.bytes, self.pad)
+    }
+
+    /// Whether it holds frames (not one buffer).
+    pub(crate) fn is_frames(&self) -> bool {
+        !self.frames.is_empty()
+    }
+
+    /// The frames, for reuse by whoever holds them last.
+    pub(crate) fn into_frames(self) -> Vec<Arc<FrameBuf>> {
+        self.frames
     }
 }
 

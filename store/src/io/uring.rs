@@ -65,8 +65,9 @@ struct UringFile {
 /// never reads freed memory) until its completion is reaped.
 struct WriteRing {
     ring: IoUring,
-    /// By submission id: the buffer and the file offset it goes to.
-    in_flight: HashMap<u64, (Arc<WriteBuf>, u64)>,
+    /// By submission id: the buffer and the file offset it goes to (and, for a vectored
+    /// write, the `iovec`s the kernel reads).
+    in_flight: HashMap<u64, InFlight>,
     next_id: u64,
     /// Offsets of writes completed and not yet reported.
     completed: Vec<u64>,
@@ -76,8 +77,26 @@ struct WriteRing {
     broken: bool,
 }
 
+/// A write in flight: its bytes, where they go, and the `iovec`s of a vectored write.
+struct InFlight {
+    buf: Arc<WriteBuf>,
+    offset: u64,
+    _iovecs: Option<Iovecs>,
+}
+
+/// `iovec`s held until their write completes.
+struct Iovecs(#[expect(dead_code, reason = "held for the kernel, never read")] Box<[libc::iovec]>);
+
+// SAFETY: the `iovec`s point into the buffers of the `WriteBuf` held beside them, which is
+// `Send + Sync` and immutable while shared; nothing dereferences them but the kernel.
+#[expect(unsafe_code, reason = "raw pointers held for the kernel")]
+unsafe impl Send for Iovecs {}
+
 /// Writes in flight at once per file.
 const WRITE_RING_DEPTH: u32 = 8;
+
+/// Parts one vectored write takes at most (`IOV_MAX`); a longer list is written synchronously.
+const MAX_IOVECS: usize = 1024;
 
 impl UringFile {
     /// The descriptor for a request of `len` bytes at `ptr` and `offset`: the direct one when
@@ -142,10 +161,21 @@ impl IoFile for UringFile {
         reason = "an io_uring write names a buffer the kernel reads later"
     )]
     fn submit_write(&self, buf: &Arc<WriteBuf>, offset: u64) -> io::Result<bool> {
-        let bytes = buf.as_slice();
-        let Ok(len) = u32::try_from(bytes.len()) else {
-            return self.write_all_at(bytes, offset).map(|()| true);
+        // One `iovec` per part; each stays valid while `buf` is held (below).
+        let iovecs: Box<[libc::iovec]> = buf
+            .parts()
+            .map(|p| libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            })
+            .collect();
+        let total = buf.len();
+        let (Ok(len), Ok(count)) = (u32::try_from(total), u32::try_from(iovecs.len())) else {
+            return self.write_buf_at(buf, 0, offset).map(|()| true);
         };
+        if iovecs.is_empty() || iovecs.len() > MAX_IOVECS {
+            return self.write_buf_at(buf, 0, offset).map(|()| true);
+        }
         let mut guard = self.writes.lock().unwrap_or_else(|e| e.into_inner());
         let made = guard.get_or_insert_with(|| {
             IoUring::new(WRITE_RING_DEPTH)
@@ -162,7 +192,7 @@ impl IoFile for UringFile {
         });
         let Some(w) = made.as_mut().filter(|w| !w.broken) else {
             drop(guard);
-            return self.write_all_at(bytes, offset).map(|()| true);
+            return self.write_buf_at(buf, 0, offset).map(|()| true);
         };
         // A full ring: wait for one slot.
         while w.in_flight.len() >= WRITE_RING_DEPTH as usize {
@@ -173,25 +203,34 @@ impl IoFile for UringFile {
         }
         let id = w.next_id;
         w.next_id += 1;
-        let fd = self.fd_for(bytes.as_ptr(), bytes.len(), offset);
-        let entry = opcode::Write::new(types::Fd(fd.as_raw_fd()), bytes.as_ptr(), len)
-            .offset(offset)
-            .build()
-            .user_data(id);
-        // SAFETY: the entry reads `len` bytes from `buf`'s heap buffer, which stays allocated
-        // and unchanged until the completion is reaped: a clone of the `Arc` is kept in
-        // `in_flight` until then (nobody can mutate through a shared `Arc`), and dropping the
-        // file waits for every write in flight or, if the kernel stops answering, leaks them.
-        if unsafe { w.ring.submission().push(&entry) }.is_err() {
+        // Direct only when every part is on the alignment, as one direct request needs.
+        let direct = buf
+            .parts()
+            .enumerate()
+            .all(|(i, p)| is_aligned(p.as_ptr(), p.len(), if i == 0 { offset } else { 0 }));
+        let fd = match (&self.direct, direct) {
+            (Some(d), true) => d,
+            _ => &self.buffered,
+        };
+        let fd = types::Fd(fd.as_raw_fd());
+        let (entry, held) = if iovecs.len() == 1 {
+            let entry = opcode::Write::new(fd, iovecs[0].iov_base as *const u8, len);
+            (entry.offset(offset).build(), None)
+        } else {
+            let entry = opcode::Writev::new(fd, iovecs.as_ptr(), count);
+            (entry.offset(offset).build(), Some(Iovecs(iovecs)))
+        };
+        // SAFETY: the entry reads `len` bytes from `buf`'s heap buffers (through the `iovec`s
+        // of a vectored write, whose own heap array moves with `held` but stays in place), all of
+        // which stay allocated and unchanged until the completion is reaped: a clone of the `Arc`
+        // and the `iovec`s are kept in `in_flight` until then (nobody can mutate through a shared
+        // `Arc`), and dropping the file waits for every write in flight or, if the kernel stops
+        // answering, leaks them.
+        if unsafe { w.ring.submission().push(&entry.user_data(id)) }.is_err() {
             drop(guard);
-            return self.write_all_at(bytes, offset).map(|()| true);
+            return self.write_buf_at(buf, 0, offset).map(|()| true);
         }
-        w.in_flight.insert(id, (Arc::clone(buf), offset));
-        if let Err(e) = w.ring.submit() {
-            // The kernel did not take the entry: it may still, so the buffer stays held; a
-            // later wait finds out (or the file leaks it if the ring is gone for good).
-            tracing::warn!("io_uring submit: {e}");
-        }
+        w.submitted(id, buf, offset, held);
         Ok(false)
     }
     fn complete_writes(&self, in_flight: usize) -> io::Result<Vec<u64>> {
@@ -236,6 +275,23 @@ impl IoFile for UringFile {
 }
 
 impl WriteRing {
+    /// Notes the write `id` the ring took, holding what it reads, and tells the kernel.
+    fn submitted(&mut self, id: u64, buf: &Arc<WriteBuf>, offset: u64, iovecs: Option<Iovecs>) {
+        self.in_flight.insert(
+            id,
+            InFlight {
+                buf: Arc::clone(buf),
+                offset,
+                _iovecs: iovecs,
+            },
+        );
+        if let Err(e) = self.ring.submit() {
+            // The kernel did not take the entry: it may still, so the buffer stays held; a
+            // later wait finds out (or the file leaks it if the ring is gone for good).
+            tracing::warn!("io_uring submit: {e}");
+        }
+    }
+
     /// Reaps completions (waiting for one first when `wait`) into `completed`. A short write is
     /// finished synchronously; a failed one is kept in `failure`.
     fn reap(&mut self, file: &UringFile, wait: bool) {
@@ -250,19 +306,18 @@ impl WriteRing {
             .map(|c| (c.user_data(), c.result()))
             .collect();
         for (id, res) in completions {
-            let Some((buf, offset)) = self.in_flight.remove(&id) else {
+            let Some(InFlight { buf, offset, .. }) = self.in_flight.remove(&id) else {
                 continue;
             };
-            let bytes = buf.as_slice();
             let outcome = if res < 0 {
                 Err(io::Error::from_raw_os_error(-res))
             } else {
-                let n = (res as usize).min(bytes.len());
+                let n = (res as usize).min(buf.len());
                 if n == 0 {
                     Err(io::Error::new(io::ErrorKind::WriteZero, "write returned 0"))
                 } else {
                     // The rest of a short write, synchronously.
-                    file.write_all_at(&bytes[n..], offset + n as u64)
+                    file.write_buf_at(&buf, n, offset)
                 }
             };
             match outcome {

@@ -1,0 +1,140 @@
+//! `StateStore::put_frames`: records whose frames were built in place are written out of their
+//! own buffers (one vectored write) and kept by the DRAM tier as they are; every byte reads back
+//! the same from the tier, from a write still in flight, from the file and after a reopen. A
+//! store that compresses encodes them from their payloads instead. A refused bundle is left to
+//! its caller.
+
+#![expect(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use orbitkv_segments::{Alignment, Compression, RecordMeta};
+use orbitkv_store::io::Io;
+use orbitkv_store::io::fault::{FaultIo, FaultPlan};
+use orbitkv_store::{Durability, Error, FrameBuf, StateStore, StoreConfig};
+
+/// Frames of records `from..to` (payloads of `len` bytes, seed `seed`), built for `store`.
+fn frames(
+    store: &StateStore,
+    seed: u64,
+    from: u64,
+    to: u64,
+    len: usize,
+) -> Vec<(RecordMeta, FrameBuf)> {
+    (from..to)
+        .map(|i| {
+            let mut f = store.frame_buf();
+            let a = store.frame_alignment();
+            f.begin(a, len).extend_from_slice(&payload(seed, i, len));
+            f.finish(a).unwrap();
+            (meta(i), f)
+        })
+        .collect()
+}
+
+fn all_read_back(store: &StateStore, seed: u64, to: u64, len: usize) {
+    for i in 0..to {
+        assert_eq!(check(store, seed, i, len), Some(true), "record {i}");
+    }
+}
+
+#[test]
+fn frames_built_in_place_read_back_everywhere_and_after_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut runs: Vec<(Arc<dyn Io>, Alignment)> = vec![(
+        Arc::new(orbitkv_store::io::std_io::StdIo),
+        Alignment::Packed,
+    )];
+    if let Some(direct) = direct_or_skip(dir.path()) {
+        runs.push((Arc::new(direct), Alignment::Direct));
+    }
+    for (n, (io, alignment)) in runs.into_iter().enumerate() {
+        let mut c = StoreConfig::new(dir.path().join(format!("data{n}")));
+        c.durability = Durability::Group;
+        c.alignment = alignment;
+        c.segment_bytes = 4 << 20;
+        // Room for 24 records (and evicted memory for 1.5 of them): the tier keeps frames,
+        // evicts them and trades their memory.
+        c.dram_bytes = 24 * 300_000;
+        let store = StateStore::open(io.clone(), c.clone()).unwrap();
+        store.register_namespace(NS, info()).unwrap();
+        let mut traded = 0;
+        for b in 0..16u64 {
+            let mut bundle = frames(&store, 1, b * 4, b * 4 + 4, 300_000);
+            let (receipt, memory) = store.put_frames(&mut bundle, None).unwrap();
+            assert!(bundle.is_empty(), "the store took the frames");
+            assert_eq!(receipt.records, 4);
+            assert_eq!(memory.len(), 4, "one answer per record");
+            traded += memory.iter().flatten().count();
+        }
+        assert!(traded > 0, "evicted copies' memory came back");
+        store.sync().unwrap();
+        all_read_back(&store, 1, 64, 300_000);
+        drop(store);
+        let store = StateStore::open(io, c).unwrap();
+        all_read_back(&store, 1, 64, 300_000);
+    }
+}
+
+#[test]
+fn frames_in_a_write_in_flight_are_read_from_their_buffers() {
+    let io = FaultIo::new();
+    let mut c = config(16 << 20, Durability::Manual);
+    c.dram_bytes = 0;
+    let store = open_with(&io, c);
+    io.set_plan(FaultPlan {
+        defer_writes: true,
+        ..FaultPlan::default()
+    });
+    // More than the write-behind tail takes: one vectored write, left in flight.
+    let mut bundle = frames(&store, 2, 0, 8, 200_000);
+    store.put_frames(&mut bundle, None).unwrap();
+    all_read_back(&store, 2, 8, 200_000);
+    // A small bundle goes to the write-behind tail as a copy.
+    let mut small = frames(&store, 2, 8, 9, 1000);
+    store.put_frames(&mut small, None).unwrap();
+    assert_eq!(check(&store, 2, 8, 1000), Some(true));
+    io.set_plan(FaultPlan::default());
+    store.sync().unwrap();
+    all_read_back(&store, 2, 8, 200_000);
+}
+
+#[test]
+fn a_compressing_store_encodes_frames_from_their_payloads() {
+    let io = FaultIo::new();
+    let mut c = config(16 << 20, Durability::Group);
+    c.compression = Compression::Zstd { level: 1 };
+    let store = open_with(&io, c);
+    assert!(!store.takes_frames());
+    let mut bundle = frames(&store, 3, 0, 4, 50_000);
+    let (receipt, _) = store.put_frames(&mut bundle, None).unwrap();
+    assert_eq!(receipt.records, 4);
+    store.sync().unwrap();
+    all_read_back(&store, 3, 4, 50_000);
+}
+
+#[test]
+fn a_refused_bundle_is_left_to_its_caller() {
+    let io = FaultIo::new();
+    let store = open(&io, 16 << 20, Durability::Group);
+    let mut bundle = frames(&store, 4, 0, 2, 1000);
+    bundle[1].0 = meta_in(orbitkv_state::Namespace([0x42; 32]), 1);
+    let e = store.put_frames(&mut bundle, None).unwrap_err();
+    assert!(matches!(e, Error::UnknownNamespace(_)), "{e}");
+    assert_eq!(bundle.len(), 2, "nothing taken");
+    assert_eq!(bundle[0].1.payload(), payload(4, 0, 1000).as_slice());
+    // An unfinished frame is encoded from its payload: still stored, still exact.
+    let mut f = store.frame_buf();
+    f.begin(store.frame_alignment(), 10)
+        .extend_from_slice(&payload(5, 7, 10));
+    let mut bundle = vec![(meta(7), f)];
+    store.put_frames(&mut bundle, None).unwrap();
+    store.sync().unwrap();
+    assert_eq!(check(&store, 5, 7, 10), Some(true));
+}
