@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,70 +10,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-REPO = Path(__file__).resolve().parents[3]
-SEND_TIMEOUT_MS = 1000
+from daemon import REPO, SEND_TIMEOUT_MS, Daemon, orbitkv_bin
 
-
-def orbitkv_bin() -> str:
-    """The `orbitkv` binary: ORBITKV_BIN, else the workspace's debug build."""
-    path = os.environ.get("ORBITKV_BIN") or str(REPO / "target" / "debug" / "orbitkv")
-    if not Path(path).exists():
-        pytest.fail(
-            f"no orbitkv binary at {path}: build it (cargo build -p orbitkv) or set ORBITKV_BIN"
-        )
-    return path
-
-
-class Daemon:
-    """A running `orbitkv serve` with its data directory and socket under `root`."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.socket = str(root / "orbitkv.sock")
-        self.log = root / "serve.log"
-        self._log = self.log.open("w")
-        # A peer that leaves its replies unread for a second is disconnected: the tests show
-        # the package never does.
-        config = root / "orbitkv.toml"
-        config.write_text(f"[limits]\nsend_timeout_ms = {SEND_TIMEOUT_MS}\n")
-        self.proc = subprocess.Popen(
-            [
-                orbitkv_bin(),
-                "serve",
-                "--config",
-                str(config),
-                "--data-dir",
-                str(root / "data"),
-                "--socket",
-                self.socket,
-                "--metrics",
-                "127.0.0.1:0",
-                "--dram-bytes",
-                "256MiB",
-                "--ssd-bytes",
-                "2GiB",
-                "--segment-bytes",
-                "32MiB",
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 60
-        while "listening on" not in self.log.read_text():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                pytest.fail(f"orbitkv serve did not start:\n{self.log.read_text()}")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
+__all__ = ["REPO", "SEND_TIMEOUT_MS", "Daemon", "orbitkv_bin"]
 
 
 @pytest.fixture(scope="module")

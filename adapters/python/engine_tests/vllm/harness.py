@@ -1,0 +1,297 @@
+"""A vLLM instance on CPU made of vLLM's real parts: its configuration, KV planner and v1
+`Scheduler` (whose scheduler-side connector vLLM's factory loads from `orbitkv.vllm`), and a
+worker-side connector made by the same factory, registered with the per-layer views vLLM builds
+over an mmap'd buffer. A step runs vLLM's own worker-side connector lifecycle
+(`KVConnectorModelRunnerMixin._get_kv_connector_output`); where the forward pass would run, the
+harness writes each newly full block's bytes, derived from its hash."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import mmap
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from vllm import SamplingParams
+from vllm.config import VllmConfig, set_current_vllm_config
+from vllm.distributed import parallel_state
+from vllm.distributed.kv_transfer import kv_transfer_state
+from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorRole
+from vllm.engine.arg_utils import EngineArgs
+from vllm.forward_context import set_forward_context
+from vllm.utils.hashing import get_hash_fn_by_name
+from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
+from vllm.v1.core.kv_cache_planning import get_kv_cache_config_from_groups, get_kv_cache_groups
+from vllm.v1.core.kv_cache_utils import (
+    generate_scheduler_kv_cache_config,
+    get_request_block_hasher,
+    init_none_hash,
+    resolve_kv_cache_block_sizes,
+)
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.kv_cache_interface import FullAttentionSpec, create_kv_cache_views
+from vllm.v1.kv_cache_layout import KVCacheLayout
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import Request
+from vllm.v1.structured_output import StructuredOutputManager
+from vllm.v1.worker.kv_connector_model_runner_mixin import KVConnectorModelRunnerMixin
+from vllm.v1.worker.utils import allocate_kv_cache
+
+BLOCK = 16
+_distributed = False
+
+
+def init_distributed(config: VllmConfig) -> None:
+    """One gloo process group of one rank, for the whole test process (vLLM's rank queries)."""
+    global _distributed
+    if _distributed:
+        return
+    from vllm.distributed.parallel_state import (
+        ensure_model_parallel_initialized,
+        init_distributed_environment,
+    )
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with set_current_vllm_config(config):
+        init_distributed_environment(
+            world_size=1,
+            rank=0,
+            local_rank=0,
+            distributed_init_method=f"tcp://127.0.0.1:{port}",
+            backend="gloo",
+        )
+        ensure_model_parallel_initialized(1, 1)
+    _distributed = True
+
+
+@contextlib.contextmanager
+def _tp_rank(rank: int) -> Iterator[None]:
+    """vLLM's tensor-parallel rank reads `rank` (one process plays every rank)."""
+    real = parallel_state.get_tensor_model_parallel_rank
+    parallel_state.get_tensor_model_parallel_rank = lambda: rank
+    try:
+        yield
+    finally:
+        parallel_state.get_tensor_model_parallel_rank = real
+
+
+def kv_transfer(socket_path: str, **extra: object) -> dict[str, object]:
+    config: dict[str, object] = {
+        "kv_connector": "OrbitKVConnector",
+        "kv_connector_module_path": "orbitkv.vllm",
+        "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute",
+        "kv_connector_extra_config": {"socket": socket_path},
+    }
+    config.update(extra)
+    return config
+
+
+def engine_config(model: Path, transfer: dict[str, object], **args: object) -> VllmConfig:
+    base: dict[str, object] = {
+        "model": str(model),
+        "skip_tokenizer_init": True,
+        "dtype": "bfloat16",
+        "max_model_len": 512,
+        "block_size": BLOCK,
+        "enable_prefix_caching": True,
+        "max_num_seqs": 8,
+        "max_num_batched_tokens": 512,
+        "async_scheduling": False,
+        "kv_transfer_config": transfer,
+    }
+    base.update(args)
+    return EngineArgs(**base).create_engine_config()
+
+
+@dataclass
+class Instance:
+    """One vLLM instance: its scheduler (with the scheduler-side connector) and one worker-side
+    connector over views of `layout`."""
+
+    model: Path
+    engine_id: str
+    socket: str
+    layout: str = "LBNHC"
+    blocks: int = 64
+    args: dict[str, object] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
+    # Tensor-parallel ranks (one worker-side connector each), and those whose worker runs each
+    # step (all by default; a rank left out never loads or publishes).
+    tp: int = 1
+    stepping: tuple[int, ...] | None = None
+    # The KV caches from vLLM's own `allocate_kv_cache` (plain CPU tensors) instead of views
+    # over an mmap'd buffer.
+    allocate: bool = False
+
+    def __post_init__(self) -> None:
+        transfer = kv_transfer(self.socket, engine_id=self.engine_id, **self.extra)
+        self.config = engine_config(self.model, transfer, tensor_parallel_size=self.tp, **self.args)
+        init_distributed(self.config)
+        cfg = self.config
+        hf = cfg.model_config.hf_config
+        self.spec = FullAttentionSpec(
+            block_size=cfg.cache_config.block_size,
+            num_kv_heads=hf.num_key_value_heads // self.tp,
+            head_size=hf.hidden_size // hf.num_attention_heads,
+            dtype=cfg.model_config.dtype,
+        )
+        self.layer_names = [f"model.layers.{i}.self_attn.attn" for i in range(hf.num_hidden_layers)]
+        resolve_kv_cache_layout(cfg, [[self.layout]], [self.spec])
+        groups = get_kv_cache_groups(cfg, {n: self.spec for n in self.layer_names})
+        cfg.cache_config.num_gpu_blocks_override = self.blocks
+        kvc = get_kv_cache_config_from_groups(cfg, groups, available_memory=64 << 20)
+        kvc.kv_cache_layout = cfg.cache_config.kv_cache_layout
+        sched_bs, hash_bs = resolve_kv_cache_block_sizes(kvc, cfg)
+        kvc.hash_block_size = hash_bs
+        cfg.cache_config.num_gpu_blocks = kvc.num_blocks
+        self.kv_cache_config = kvc
+        self._bufs: list[mmap.mmap] = []
+        self._views: list[dict[str, torch.Tensor]] = []
+        self.workers = [self._worker(rank) for rank in range(self.tp)]
+        self.worker = self.workers[0]
+        self.kv_caches = self._views[0]
+        self.scheduler = Scheduler(
+            vllm_config=cfg,
+            kv_cache_config=generate_scheduler_kv_cache_config([kvc]),
+            structured_output_manager=StructuredOutputManager(cfg),
+            block_size=sched_bs,
+            hash_block_size=hash_bs,
+        )
+        self.connector = self.scheduler.get_kv_connector()
+        self.connector.set_xfer_handshake_metadata_pp_aware(
+            {(0, r): w.get_handshake_metadata() for r, w in enumerate(self.workers)}
+        )
+        hash_fn = get_hash_fn_by_name(cfg.cache_config.prefix_caching_hash_algo)
+        init_none_hash(hash_fn)
+        self.hasher = get_request_block_hasher(hash_bs, hash_fn, cfg.num_hash_lookahead_tokens)
+        self.token = 1
+        self.freed: list[str] = []
+        # The worker's stats as each step's KVConnectorOutput carried them.
+        self.reported: list[dict[str, int]] = []
+
+    def _worker(self, rank: int) -> KVConnectorBase_V1:
+        """The worker-side connector of tensor-parallel rank `rank`, registered with views over
+        its own mmap'd buffer."""
+        cfg, kvc = self.config, self.kv_cache_config
+        with set_current_vllm_config(cfg), _tp_rank(rank):
+            worker = KVConnectorFactory.create_connector(
+                config=cfg, role=KVConnectorRole.WORKER, kv_cache_config=kvc
+            )
+        layout = KVCacheLayout[self.layout]
+        caches: dict[str, torch.Tensor] = {}
+        if self.allocate:
+            caches = allocate_kv_cache(kvc, torch.device("cpu"), layout)
+        else:
+            buf = mmap.mmap(-1, kvc.kv_cache_tensors[0].size)
+            self._bufs.append(buf)
+            raw = torch.frombuffer(buf, dtype=torch.int8)
+            for t in kvc.kv_cache_tensors:
+                views = create_kv_cache_views(raw, self.spec, kvc.num_blocks, layout, t)
+                caches.update(zip(t.layers, views, strict=True))
+        worker.register_kv_caches(caches)
+        self._views.append(caches)
+        return worker
+
+    def request(self, rid: str, prompt: list[int], max_tokens: int = 2) -> Request:
+        r = Request(
+            request_id=rid,
+            prompt_token_ids=prompt,
+            sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+            pooling_params=None,
+            block_hasher=self.hasher,
+        )
+        self.scheduler.add_request(r)
+        return r
+
+    def page(self, block: int) -> bytes:
+        """The bytes of vLLM block `block`, every layer, in memory order."""
+        out = b""
+        for n in self.layer_names:
+            x = self.kv_caches[n][block]
+            order = sorted(range(x.dim()), key=lambda d: -x.stride(d))
+            out += x.permute(order).contiguous().view(torch.uint8).numpy().tobytes()
+        return out
+
+    def expected(self, block_hash: bytes) -> bytes:
+        """The bytes `_write` puts in a block of this hash, every layer, in memory order."""
+        out = b""
+        for i, n in enumerate(self.layer_names):
+            x = self.kv_caches[n][0]
+            out += hashlib.shake_256(block_hash + bytes([i])).digest(x.numel() * x.element_size())
+        return out
+
+    def _write(self, caches: dict[str, torch.Tensor], block: int, block_hash: bytes) -> None:
+        """What the forward pass would write into a block: bytes derived from its hash."""
+        for i, n in enumerate(self.layer_names):
+            x = caches[n][block]
+            size = x.numel() * x.element_size()
+            data = hashlib.shake_256(block_hash + bytes([i])).digest(size)
+            src = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(x.dtype)
+            order = sorted(range(x.dim()), key=lambda d: -x.stride(d))
+            dst = x.permute(order)
+            dst.copy_(src.view(dst.shape))
+
+    def step(self) -> SchedulerOutput:
+        """One scheduler step, its worker side, and the model's (faked) output."""
+        so = self.scheduler.schedule()
+        req_ids = list(so.num_scheduled_tokens)
+        outputs = []
+        for rank in self.stepping if self.stepping is not None else range(self.tp):
+            kv_transfer_state._KV_CONNECTOR_AGENT = self.workers[rank]
+            with set_forward_context(None, self.config):
+                self.workers[rank].handle_preemptions(so.kv_connector_metadata)
+                with KVConnectorModelRunnerMixin._get_kv_connector_output(so) as out:
+                    self._forward(so, self._views[rank])
+            outputs.append(out)
+        # Rank 0's output stands for all (the harness has no executor to aggregate them).
+        kv_out = outputs[0]
+        sampled = []
+        for rid in req_ids:
+            r = self.scheduler.requests[rid]
+            sampled.append([self.token] if r.num_computed_tokens >= r.num_tokens else [])
+            self.token += 1
+        out = ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+            kv_connector_output=kv_out,
+        )
+        self.freed += list(kv_out.finished_sending or ())
+        if kv_out.kv_connector_stats is not None:
+            self.reported.append(kv_out.kv_connector_stats.to_dict())
+        self.scheduler.update_from_output(so, out)
+        return so
+
+    def _forward(self, so: SchedulerOutput, caches: dict[str, torch.Tensor]) -> None:
+        """Writes the blocks this step fills, as the forward pass would."""
+        state = {r.req_id: r.num_computed_tokens for r in so.scheduled_new_reqs}
+        cached = so.scheduled_cached_reqs
+        state.update(zip(cached.req_ids, cached.num_computed_tokens, strict=False))
+        for rid, n in so.num_scheduled_tokens.items():
+            r = self.scheduler.requests[rid]
+            blocks = self.scheduler.kv_cache_manager.get_block_ids(rid)[0]
+            c = state[rid]
+            for i in range(c // BLOCK, min((c + n) // BLOCK, len(r.block_hashes))):
+                self._write(caches, blocks[i], bytes(r.block_hashes[i]))
+
+    def run(self, steps: int = 40) -> None:
+        """Steps until every request is finished and every block given back."""
+        for _ in range(steps):
+            if not self.scheduler.has_requests() and not self.scheduler.has_finished_requests():
+                return
+            self.step()
+        raise AssertionError(f"requests left after {steps} steps: {list(self.scheduler.requests)}")
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.shutdown()
+        self.connector.shutdown()

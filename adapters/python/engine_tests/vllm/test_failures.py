@@ -1,0 +1,127 @@
+"""Failures never fail a request: a daemon lost between Query and Acquire, or during a Load,
+shows as load errors and vLLM's real scheduler recomputes those blocks with the request still
+running; a restarted daemon is registered with again in the background and serves the records
+it kept."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from daemon import Daemon
+from harness import BLOCK, Instance
+from orbitkv.vllm.metadata import OrbitKVMetadata
+from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+from vllm.v1.request import Request
+
+
+@pytest.fixture
+def own_daemon(tmp_path: Path) -> Iterator[Daemon]:
+    d = Daemon(tmp_path)
+    yield d
+    d.stop()
+
+
+def prompt(k: int) -> list[int]:
+    return [(i * 29 + 5 + k * 101) % 1000 for i in range(4 * BLOCK)] + [2]
+
+
+def publish(model: Path, socket: str, prompts: int = 1) -> None:
+    p = Instance(model, "producer", socket)
+    try:
+        for k in range(prompts):
+            p.request(f"w{k}", prompt(k))
+        p.run()
+        assert p.worker.worker.wait_durable(10.0)
+    finally:
+        p.close()
+
+
+def kill(d: Daemon) -> None:
+    d.proc.kill()
+    d.proc.wait()
+
+
+def run_through(c: Instance, rid: str, k: int = 0) -> tuple[int, Request]:
+    """Runs `rid` (prompt `k`) to the end; (tokens it started from, the request)."""
+    r = c.request(rid, prompt(k))
+    start = None
+    for _ in range(40):
+        so = c.step()
+        for x in so.scheduled_new_reqs:
+            if x.req_id == rid:
+                start = x.num_computed_tokens
+        if r.is_finished():
+            break
+    assert r.is_finished(), "the request finished"
+    assert start is not None
+    return start, r
+
+
+def test_a_daemon_lost_between_query_and_acquire(own_daemon: Daemon, model_dir: Path) -> None:
+    publish(model_dir, own_daemon.socket)
+    c = Instance(model_dir, "consumer", own_daemon.socket)
+    side = c.connector.scheduler
+    real = side.after_alloc
+
+    def after_alloc(request: Request, blocks: KVCacheBlocks, n: int) -> None:
+        if n:
+            kill(own_daemon)
+        real(request, blocks, n)
+
+    side.after_alloc = after_alloc  # type: ignore[method-assign]
+    try:
+        start, r = run_through(c, "r")
+        assert start == 4 * BLOCK, "the Query proved four blocks"
+        assert side.stats["lost_blocks"] == 4, "the failed Acquire lost them all"
+        assert r.num_output_tokens == 2, "recomputed, then decoded as usual"
+    finally:
+        c.close()
+
+
+def test_a_daemon_lost_during_the_load(own_daemon: Daemon, model_dir: Path) -> None:
+    publish(model_dir, own_daemon.socket)
+    c = Instance(model_dir, "consumer", own_daemon.socket)
+    worker = c.worker.worker
+    real = worker.load
+
+    def load(meta: OrbitKVMetadata) -> None:
+        if meta.loads:
+            kill(own_daemon)
+        real(meta)
+
+    worker.load = load  # type: ignore[method-assign]
+    try:
+        start, r = run_through(c, "r")
+        assert start == 4 * BLOCK
+        assert worker.stats["load_failures"] == 4
+        assert r.num_output_tokens == 2
+    finally:
+        c.close()
+
+
+def test_a_restarted_daemon_is_registered_with_again(own_daemon: Daemon, model_dir: Path) -> None:
+    publish(model_dir, own_daemon.socket, prompts=8)
+    c = Instance(model_dir, "consumer", own_daemon.socket)
+    hits = c.connector.scheduler.stats
+    try:
+        assert run_through(c, "before", 0)[0] == 4 * BLOCK
+        kill(own_daemon)
+        # Away: 0 external tokens, and nothing blocks.
+        assert run_through(c, "away", 1)[0] == 0
+        restarted = Daemon(own_daemon.root)
+        own_daemon.proc = restarted.proc
+        # Each attempt a prompt the consumer never computed: only the daemon can serve it.
+        served = False
+        for k in range(2, 8):
+            before = hits["hit_tokens"]
+            start = run_through(c, f"after-{k}", k)[0]
+            if start == 4 * BLOCK and hits["hit_tokens"] - before == 4 * BLOCK:
+                served = True
+                break
+            time.sleep(0.5)
+        assert served, "the records kept across the restart are served again"
+    finally:
+        c.close()

@@ -1,0 +1,94 @@
+"""The scheduler contract with vLLM's real `Scheduler`: a consumer's external tokens are exactly
+the daemon's proven boundary minus its local hits; the pages loaded are byte for byte the pages
+another instance published; a finished request's blocks are freed only once its publishes are
+copied out; every lease is given back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from daemon import Daemon
+from harness import BLOCK, Instance
+
+PROMPT = [(i * 37 + 11) % 1000 for i in range(8 * BLOCK)]
+
+
+def durable(inst: Instance) -> None:
+    """Waits until every publish of `inst` is durable: the daemon proves records only then."""
+    assert inst.worker.worker.wait_durable(10.0), "publishes not durable within 10 s"
+
+
+def start_of(inst: Instance, rid: str, prompt: list[int]) -> int:
+    """Adds `rid`, steps until it is scheduled and returns the tokens it started from (local
+    hits plus external tokens), then runs it to the end."""
+    r = inst.request(rid, prompt)
+    for _ in range(10):
+        so = inst.step()
+        new = [x for x in so.scheduled_new_reqs if x.req_id == r.request_id]
+        if new:
+            inst.run()
+            return int(new[0].num_computed_tokens)
+    raise AssertionError(f"{rid} never scheduled")
+
+
+def test_external_tokens_are_the_boundary_minus_local_hits(daemon: Daemon, model_dir: Path) -> None:
+    c = Instance(model_dir, "consumer", daemon.socket)
+    p = Instance(model_dir, "producer", daemon.socket)
+    try:
+        # The consumer computes the first 3 blocks itself (nothing is published yet) and keeps
+        # them in its prefix cache; it publishes them too.
+        assert start_of(c, "local", [*PROMPT[: 3 * BLOCK], 999]) == 0
+        assert "local" in c.freed, "a publishing request's blocks are freed once copied out"
+        durable(c)
+        # The producer finds those 3, computes the other 5 and publishes them.
+        assert start_of(p, "full", [*PROMPT, 998]) == 3 * BLOCK
+        durable(p)
+        # The consumer holds 3 blocks locally; the daemon proves all 8: 5 external.
+        before = c.connector.scheduler.stats["hit_tokens"]
+        assert start_of(c, "again", [*PROMPT, 997]) == 8 * BLOCK
+        assert c.connector.scheduler.stats["hit_tokens"] - before == 5 * BLOCK
+        assert c.connector.scheduler.leases == [], "every lease given back"
+    finally:
+        c.close()
+        p.close()
+
+
+@pytest.mark.parametrize("allocated", [False, True])
+def test_loaded_pages_are_the_published_bytes(
+    daemon: Daemon, model_dir: Path, allocated: bool
+) -> None:
+    """Byte-identical pages across placements (vLLM's default layer-outermost one and the
+    block-outermost one), over views of a buffer and over vLLM's own CPU allocation."""
+    k = int(allocated)
+    prompt = [(i * 53 + 7 + k) % 1000 for i in range(4 * BLOCK)] + [5]
+    layouts = ("LBNHC", "BLNHC") if allocated else ("BLNHC", "LBNHC")
+    p = Instance(model_dir, f"writer-{k}", daemon.socket, layout=layouts[0], allocate=allocated)
+    c = Instance(model_dir, f"reader-{k}", daemon.socket, layout=layouts[1], allocate=allocated)
+    try:
+        p.request("w", prompt)
+        p.run()
+        durable(p)
+        r = c.request("probe", prompt)
+        hashes = [bytes(h) for h in r.block_hashes]
+        start, loaded = 0, {}
+        for _ in range(10):
+            so = c.step()
+            new = [x for x in so.scheduled_new_reqs if x.req_id == "probe"]
+            if new:
+                start = new[0].num_computed_tokens
+                blocks = c.scheduler.kv_cache_manager.get_block_ids("probe")[0]
+                loaded = {i: c.page(b) for i, b in enumerate(blocks[: start // BLOCK])}
+                break
+        c.run()
+        assert start == 4 * BLOCK, "all four blocks loaded"
+        for i in range(4):
+            assert loaded[i] == c.expected(hashes[i]), f"block {i}: the bytes published"
+        # vLLM's stats path carries what moved.
+        page = len(c.expected(hashes[0]))
+        assert sum(r.get("loaded_bytes", 0) for r in c.reported) == 4 * page
+        assert sum(r.get("published_bytes", 0) for r in p.reported) >= 4 * page
+        assert c.connector.scheduler.stats["hit_tokens"] == 4 * BLOCK
+    finally:
+        c.close()
+        p.close()

@@ -1,0 +1,59 @@
+"""Start-up refuses, in one line saying why and what to change, every configuration whose KV
+bytes the connector cannot name or place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from harness import Instance, engine_config, kv_transfer
+from orbitkv.vllm import StartupRefused
+from orbitkv.vllm.settings import settings_from
+
+
+def refused(model: Path, match: str, **kw: object) -> None:
+    with pytest.raises(StartupRefused, match=match) as e:
+        Instance(model, "refused", "/nonexistent/orbitkv.sock", **kw)  # type: ignore[arg-type]
+    message = str(e.value)
+    assert "\n" not in message and message.startswith("OrbitKVConnector: "), message
+
+
+def test_the_fail_policy_is_refused(model_dir: Path) -> None:
+    refused(model_dir, "recompute", extra={"kv_load_failure_policy": "fail"})
+
+
+def test_xxhash_is_refused(model_dir: Path) -> None:
+    refused(model_dir, "xxhash has no hash domain", args={"prefix_caching_hash_algo": "xxhash"})
+
+
+def test_xxhash_cbor_without_a_seed_is_refused(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    refused(model_dir, "PYTHONHASHSEED", args={"prefix_caching_hash_algo": "xxhash_cbor"})
+
+
+def test_a_layout_with_a_page_in_several_runs_is_refused(model_dir: Path) -> None:
+    refused(model_dir, "LHBNC", layout="LHBNC")
+
+
+def test_expandable_segments_are_refused(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM refuses them too for a connector, unless its cumem allocator is on; the connector
+    refuses them either way."""
+    config = engine_config(model_dir, kv_transfer("/nonexistent/orbitkv.sock"))
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    with pytest.raises(StartupRefused, match="expandable_segments"):
+        settings_from(config)
+
+
+def test_the_daemon_being_away_is_not_a_refusal(model_dir: Path) -> None:
+    """No daemon: the instance starts, and every request gets 0 external tokens."""
+    inst = Instance(model_dir, "alone", "/nonexistent/orbitkv.sock")
+    try:
+        r = inst.request("r", list(range(40)))
+        so = inst.step()
+        assert [x.num_computed_tokens for x in so.scheduled_new_reqs] == [0]
+        inst.run()
+        assert r.is_finished()
+    finally:
+        inst.close()

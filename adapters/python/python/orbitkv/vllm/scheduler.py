@@ -1,0 +1,288 @@
+"""The scheduler side: Query for a request's external tokens (never blocking a step), Acquire
+once its blocks are allocated, publishes of the blocks each step fills, and the leases given back
+once the workers have loaded."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orbitkv
+from orbitkv.vllm.metadata import LoadSpec, OrbitKVMetadata, PublishSpec
+from orbitkv.vllm.session import Registration, Session
+from orbitkv.vllm.settings import (
+    GROUP,
+    PageShape,
+    Settings,
+    StartupRefused,
+    identity,
+    page_shape,
+    storage_layout,
+)
+from orbitkv.vllm.stats import Counters
+
+if TYPE_CHECKING:
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.request import Request
+
+log = logging.getLogger("orbitkv.vllm")
+
+# How long a Query may hold up the step before the request is asked again at the next one.
+QUERY_WAIT = 0.005
+# How long the scheduler waits at start-up for its instance's seal.
+SEAL_WAIT = 5.0
+# How long an Acquire may take before its blocks count as lost (vLLM recomputes them).
+ACQUIRE_WAIT = 2.0
+
+
+@dataclass
+class Lookup:
+    """A request's last Query: the tokens it held locally (origin), the end asked, the hashes
+    asked, and the reply's boundary (`None` while the reply is pending)."""
+
+    origin: int
+    end: int
+    hashes: list[bytes]
+    request_id: int | None
+    boundary: int | None = None
+
+
+class SchedulerSide:
+    """The connector's scheduler-role state."""
+
+    def __init__(
+        self, settings: Settings, kv_cache_config: KVCacheConfig | None, layout: str | None
+    ) -> None:
+        self.s = settings
+        self.shape: PageShape = page_shape(kv_cache_config, layout)
+        hash_block = getattr(kv_cache_config, "hash_block_size", None)
+        if hash_block not in (None, self.shape.block_size):
+            raise StartupRefused(
+                f"OrbitKVConnector: the prefix hash block of {hash_block} tokens differs from the "
+                f"block of {self.shape.block_size}; a dense model with one block size is mapped"
+            )
+        self.session: Session | None = None
+        self.requests: dict[str, Request] = {}
+        self.lookups: dict[str, Lookup] = {}
+        # Each request's local hits at its last lookup: its external blocks start there.
+        self.origins: dict[str, int] = {}
+        self.loads: list[LoadSpec] = []
+        self.leases: list[int] = []
+        self.publishing: set[str] = set()
+        # The workers' weights changed in place: nothing is served or published any more.
+        self.stale = False
+        self.stats = Counters(
+            "queries", "hit_tokens", "acquire_failures", "lost_blocks", "published_blocks"
+        )
+
+    # -- identity, from the workers' handshake ---------------------------------------------------
+
+    def handshake(self, backends: set[str]) -> None:
+        """The workers' attention backend is known: the instance registers."""
+        if self.session is not None:
+            return
+        if len(backends) != 1:
+            raise StartupRefused(
+                f"OrbitKVConnector: workers chose different attention backends {sorted(backends)}"
+            )
+        backend = next(iter(backends))
+        ident = identity(self.s, self.shape, backend)
+        reg = Registration(
+            instance=self.s.instance,
+            role="scheduler",
+            rank=0,
+            workers=self.s.workers,
+            identity=ident,
+            layout=storage_layout(self.s, self.shape, backend),
+            domain=self.s.domain,
+            model=self.s.model,
+            revision=self.s.revision,
+        )
+        self.session = Session(self.s.socket, reg)
+        # The workers registered before they answered the handshake: the seal comes now, at
+        # start-up, rather than after the first requests went by.
+        self.session.sealed(wait=SEAL_WAIT)
+
+    def _sealed(self) -> tuple[orbitkv.Connection, orbitkv.Sealed] | None:
+        if self.session is None:
+            return None
+        seal = self.session.sealed()
+        if seal is None or self.session.conn is None:
+            return None
+        return self.session.conn, seal
+
+    # -- vLLM's scheduler calls ----------------------------------------------------------------
+
+    def on_new_request(self, request: Request) -> None:
+        self.requests[request.request_id] = request
+
+    def matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
+        """External tokens beyond the local hits: exactly the proof's boundary minus them."""
+        if self.stale or not self.s.consumer or getattr(request, "lora_request", None) is not None:
+            return 0, False
+        live = self._sealed()
+        if live is None:
+            return 0, False
+        conn, seal = live
+        bs = self.shape.block_size
+        hashes = [bytes(h) for h in request.block_hashes]
+        end = min(len(hashes) * bs, request.num_tokens - 1) // bs * bs
+        origin = num_computed_tokens
+        if end <= origin:
+            return 0, False
+        rid = request.request_id
+        self.origins[rid] = origin
+        look = self.lookups.get(rid)
+        if look is None or (look.origin, look.end) != (origin, end):
+            self.stats.add("queries", 1)
+            try:
+                q = conn.submit_query(
+                    seal.token, seal.epoch, origin, end, [(GROUP, hashes[: end // bs])]
+                )
+            except orbitkv.OrbitKVError as e:
+                self._lost(e)
+                return 0, False
+            look = Lookup(origin, end, hashes[: end // bs], q)
+            self.lookups[rid] = look
+        if look.boundary is None and look.request_id is not None:
+            try:
+                reply = conn.wait(look.request_id, timeout=QUERY_WAIT)
+            except orbitkv.TimedOut:
+                # Not blocking the step: asked again at the next one.
+                return None, False
+            except orbitkv.OrbitKVError as e:
+                self._lost(e)
+                return 0, False
+            look.request_id = None
+            look.boundary = reply.boundary if isinstance(reply, orbitkv.Proof) else origin
+        external = max(0, (look.boundary or origin) - origin)
+        return external, False
+
+    def after_alloc(
+        self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int
+    ) -> None:
+        """Acquire: one lease pinning the proven records; the loads go to the workers."""
+        if num_external_tokens == 0:
+            return
+        rid = request.request_id
+        block_ids = list(blocks.get_block_ids()[0])
+        bs = self.shape.block_size
+        look = self.lookups.get(rid)
+        origin = look.origin if look is not None else self.origins.get(rid, 0)
+        first, stop = origin // bs, (origin + num_external_tokens) // bs
+        wanted = range(first, stop)
+        live = self._sealed() if look is not None else None
+        proof: orbitkv.Proof | None = None
+        lease = 0
+        if live is not None and look is not None:
+            conn, seal = live
+            try:
+                a = conn.submit_acquire(
+                    seal.token, seal.epoch, look.origin, look.end, [(GROUP, look.hashes)]
+                )
+                reply = conn.wait(a, timeout=ACQUIRE_WAIT)
+                if isinstance(reply, orbitkv.Leased):
+                    proof, lease = reply.proof, reply.lease
+            except orbitkv.TimedOut:
+                conn.forget(a)
+            except orbitkv.OrbitKVError as e:
+                self._lost(e)
+        proven = (proof.boundary if proof is not None else origin) // bs
+        pages = []
+        if proof is not None:
+            for pl in proof.loads:
+                pages += [(b, block_ids[b], pl.rank) for b in pl.blocks if b in wanted]
+        lost = tuple(block_ids[b] for b in wanted if b >= proven)
+        if proof is None:
+            self.stats.add("acquire_failures", 1)
+        self.stats.add("lost_blocks", len(lost))
+        self.stats.add("hit_tokens", max(0, min(proven, stop) - first) * bs)
+        if lease:
+            self.leases.append(lease)
+        self.loads.append(LoadSpec(rid, lease, tuple(pages), lost))
+        # The next lookup of this request (after a preemption) asks again.
+        self.lookups.pop(rid, None)
+        self.origins.pop(rid, None)
+
+    def build_meta(self, scheduler_output: SchedulerOutput) -> OrbitKVMetadata:
+        meta = OrbitKVMetadata(
+            loads=self.loads, preempted=set(scheduler_output.preempted_req_ids or ())
+        )
+        self.loads = []
+        if not self.s.producer or self.stale:
+            return meta
+        bs = self.shape.block_size
+        computed: dict[str, int] = {
+            r.req_id: r.num_computed_tokens for r in scheduler_output.scheduled_new_reqs
+        }
+        cached = scheduler_output.scheduled_cached_reqs
+        for rid, n in zip(cached.req_ids, cached.num_computed_tokens, strict=False):
+            computed[rid] = n
+        state = scheduler_output.kv_connector_block_state
+        for rid, scheduled in scheduler_output.num_scheduled_tokens.items():
+            request = self.requests.get(rid)
+            if request is None or getattr(request, "lora_request", None) is not None:
+                continue
+            c = computed.get(rid)
+            ids = state.get_block_ids(rid) if state is not None else None
+            if c is None or not ids:
+                continue
+            hashes = request.block_hashes
+            group = ids[0]
+            for i in range(c // bs, min((c + scheduled) // bs, len(hashes), len(group))):
+                meta.publishes.append(
+                    PublishSpec(
+                        request=rid,
+                        block=group[i],
+                        hash=bytes(hashes[i]),
+                        parent=bytes(hashes[i - 1]) if i > 0 else b"",
+                        start=i * bs,
+                        end=(i + 1) * bs,
+                    )
+                )
+                self.publishing.add(rid)
+                self.stats.add("published_blocks", 1)
+        return meta
+
+    def weights_changed(self) -> None:
+        """A worker's weights changed in place: 0 external tokens, no publishes, until restart."""
+        if not self.stale:
+            log.warning("OrbitKV: weights changed in place: serving and publishing stop")
+        self.stale = True
+
+    def step_done(self) -> None:
+        """The workers ran the step: the leases of its loads are given back."""
+        live = self._sealed()
+        leases, self.leases = self.leases, []
+        if live is None:
+            return
+        conn, seal = live
+        for lease in leases:
+            try:
+                conn.forget(conn.submit_release(seal.token, lease))
+            except orbitkv.OrbitKVError as e:
+                self._lost(e)
+                return
+
+    def finished(self, request: Request) -> tuple[bool, dict[str, Any] | None]:
+        """A finished request's blocks stay allocated until its publishes are copied out."""
+        rid = request.request_id
+        self.requests.pop(rid, None)
+        self.lookups.pop(rid, None)
+        self.origins.pop(rid, None)
+        delay = rid in self.publishing
+        self.publishing.discard(rid)
+        return delay, None
+
+    def _lost(self, e: Exception) -> None:
+        if self.session is not None:
+            self.session.lost(str(e))
+        # Answers already in stay; queries asked on the lost connection are asked again.
+        self.lookups = {r: k for r, k in self.lookups.items() if k.boundary is not None}
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()

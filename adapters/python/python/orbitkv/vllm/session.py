@@ -1,0 +1,123 @@
+"""One rank's registration with the daemon, never blocking vLLM's step: the register is
+submitted, its seal polled, and a lost daemon reconnected to after a back-off."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import orbitkv
+
+log = logging.getLogger("orbitkv.vllm")
+
+# Seconds between attempts to reach a daemon that is away, at most.
+RETRY_MAX = 5.0
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What this rank registers: the same for every rank of the instance but `role`, `rank` and
+    `formats`."""
+
+    instance: str
+    role: Literal["scheduler", "worker"]
+    rank: int
+    workers: int
+    identity: orbitkv.Identity
+    layout: orbitkv.StorageLayout
+    domain: str
+    model: str
+    revision: str | None
+    formats: tuple[bytes, ...] = ()
+
+
+class Session:
+    """A connection and its seal. `sealed()` is the seal once it has come, else `None`; it
+    submits, polls and reconnects as needed, and waits only as long as it is told."""
+
+    def __init__(
+        self,
+        socket: str | None,
+        registration: Registration,
+        on_seal: Callable[[orbitkv.Connection, orbitkv.Sealed], None] | None = None,
+    ) -> None:
+        self.socket = socket
+        self.registration = registration
+        self.conn: orbitkv.Connection | None = None
+        self.seal: orbitkv.Sealed | None = None
+        self._pending: int | None = None
+        self._retry_at = 0.0
+        self._backoff = 0.1
+        self._on_seal = on_seal
+
+    def sealed(self, wait: float = 0.0) -> orbitkv.Sealed | None:
+        if self.seal is not None and self.conn is not None and self.conn.closed is None:
+            return self.seal
+        if self.conn is not None and self.conn.closed is not None:
+            self.lost(f"connection closed: {self.conn.closed}")
+        if time.monotonic() < self._retry_at:
+            return None
+        try:
+            if self.conn is None:
+                self.conn = orbitkv.Connection(self.socket, client="orbitkv-vllm")
+            if self._pending is None:
+                r = self.registration
+                self._pending = self.conn.submit_register(
+                    instance=r.instance,
+                    role=r.role,
+                    rank=r.rank,
+                    workers=r.workers,
+                    identity=r.identity.digest,
+                    layout=r.layout.encode(),
+                    domain=r.domain,
+                    rules=[(g, "prefix", 0) for g in r.layout.groups],
+                    formats=list(r.formats),
+                    model=r.model,
+                    revision=r.revision or "",
+                    scope=r.identity.scope or "",
+                )
+            try:
+                reply = (
+                    self.conn.wait(self._pending, timeout=wait)
+                    if wait > 0
+                    else self.conn.poll(self._pending)
+                )
+            except orbitkv.TimedOut:
+                reply = None
+            if reply is None:
+                return None
+            self._pending = None
+            if not isinstance(reply, orbitkv.Sealed):
+                raise orbitkv.ProtocolViolation(f"register answered {reply!r}")
+            self.seal = reply
+            self._backoff = 0.1
+            log.info(
+                "OrbitKV: %s rank %d of %s sealed (epoch %d)",
+                self.registration.role,
+                self.registration.rank,
+                self.registration.instance,
+                reply.epoch,
+            )
+            if self._on_seal is not None:
+                self._on_seal(self.conn, reply)
+            return reply
+        except orbitkv.OrbitKVError as e:
+            self.lost(str(e))
+            return None
+
+    def lost(self, why: str) -> None:
+        """Drops the connection; the next `sealed()` after the back-off registers again."""
+        if self.conn is not None:
+            log.warning("OrbitKV: daemon connection lost (%s); registering again", why)
+            self.conn.close()
+        self.conn, self.seal, self._pending = None, None, None
+        self._retry_at = time.monotonic() + self._backoff
+        self._backoff = min(self._backoff * 2, RETRY_MAX)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.conn, self.seal = None, None

@@ -1,0 +1,298 @@
+"""What the connector reads from vLLM's configuration at start-up: the refusals (each one line
+saying why and what to change), the identity inputs, the ranks, and the state format and layout
+of a dense model's KV pages. Nothing here is read per block."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orbitkv
+from orbitkv.naming import vllm_instance
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+
+# Bytes per element of each KV dtype vLLM names.
+_ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+
+# vLLM's block-internal orders: (token, head) order of a page, by KV cache layout. Layouts
+# whose page of one layer is not one run (LHBNC, BHLNC) are refused.
+_PAGE_ORDER = {"LBNHC": "NHD", "BLNHC": "NHD", "LBHNC": "HND", "BLHNC": "HND"}
+
+# The accepted prefix-cache hashes and their hash domains.
+_DOMAINS = {
+    "sha256": "vllm/sha256",
+    "sha256_cbor": "vllm/sha256_cbor",
+    "xxhash_cbor": "vllm/xxhash_cbor",
+}
+
+# The group OrbitKV keys a dense model's attention pages under.
+GROUP = 0
+
+
+class StartupRefused(ValueError):
+    """The connector cannot serve this configuration: one line says why and what to change."""
+
+
+def _refuse(why: str, change: str) -> StartupRefused:
+    return StartupRefused(f"OrbitKVConnector: {why}; {change}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The connector's view of one vLLM instance, resolved once at start-up."""
+
+    instance: str
+    socket: str | None
+    model: str
+    revision: str | None
+    release: str
+    dtype: str
+    kv_cache_dtype: str
+    quantization: str
+    block_size: int
+    hash_algo: str
+    # A digest of the hash seed (the seed itself may need to stay secret).
+    hash_seed: str
+    hf_overrides: str
+    tensor: int
+    pipeline: int
+    num_layers: int
+    lora: bool
+    producer: bool
+    consumer: bool
+
+    @property
+    def workers(self) -> int:
+        return self.tensor * self.pipeline
+
+    @property
+    def domain(self) -> str:
+        return _DOMAINS[self.hash_algo]
+
+    def rank(self, tp_rank: int, pp_rank: int) -> int:
+        """A worker's rank: pp_rank · tp + tp_rank."""
+        return pp_rank * self.tensor + tp_rank
+
+    def stage_layers(self, rank: int) -> int:
+        """Layers of the pipeline stage `rank` belongs to (vLLM's own split)."""
+        from vllm.distributed.utils import get_pp_indices
+
+        start, end = get_pp_indices(self.num_layers, rank // self.tensor, self.pipeline)
+        return int(end - start)
+
+
+def _dtype_name(dtype: object) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def settings_from(vllm_config: VllmConfig) -> Settings:
+    """The instance's settings, or `StartupRefused` for a configuration it cannot serve."""
+    import vllm
+
+    kvt = vllm_config.kv_transfer_config
+    model, cache, parallel = (
+        vllm_config.model_config,
+        vllm_config.cache_config,
+        vllm_config.parallel_config,
+    )
+    if kvt.kv_load_failure_policy != "recompute":
+        raise _refuse(
+            f"kv_load_failure_policy is {kvt.kv_load_failure_policy!r}: a failed load would end "
+            "the request",
+            'set "kv_load_failure_policy": "recompute" in --kv-transfer-config',
+        )
+    algo = cache.prefix_caching_hash_algo
+    seed = os.environ.get("PYTHONHASHSEED")
+    if algo == "xxhash":
+        raise _refuse(
+            "the prefix-cache hash xxhash has no hash domain OrbitKV can key records under",
+            "use --prefix-caching-hash-algo sha256 (the default), sha256_cbor, or xxhash_cbor "
+            "with PYTHONHASHSEED set",
+        )
+    if algo == "xxhash_cbor" and seed is None:
+        raise _refuse(
+            "xxhash_cbor without PYTHONHASHSEED hashes blocks with a random per-process seed",
+            "set PYTHONHASHSEED to the same value on every instance that shares records",
+        )
+    if algo not in _DOMAINS:
+        raise _refuse(f"the prefix-cache hash {algo!r} is not mapped", "use sha256")
+    if model.enable_sleep_mode:
+        raise _refuse(
+            "sleep mode allocates KV memory that cannot be exported to the daemon",
+            "start vLLM without --enable-sleep-mode",
+        )
+    if "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
+        raise _refuse(
+            "expandable_segments allocates KV memory that cannot be exported to the daemon",
+            "unset expandable_segments:True in PYTORCH_CUDA_ALLOC_CONF",
+        )
+    if parallel.nnodes_within_dp > 1:
+        raise _refuse(
+            "the tensor/pipeline-parallel group spans nodes; the daemon serves one node",
+            "run each node's ranks as their own instance",
+        )
+    if parallel.decode_context_parallel_size > 1 or parallel.prefill_context_parallel_size > 1:
+        raise _refuse(
+            "context parallelism shards a block's tokens across ranks, which is not mapped yet",
+            "set --decode-context-parallel-size 1 and --prefill-context-parallel-size 1",
+        )
+    if str(cache.cache_dtype).startswith("fp8") and getattr(cache, "calculate_kv_scales", False):
+        raise _refuse(
+            "fp8 KV with dynamically computed scales: the bytes depend on scales not stored",
+            "use static scales from the checkpoint, or --kv-cache-dtype auto",
+        )
+    extra = kvt.kv_connector_extra_config or {}
+    socket = extra.get("socket")
+    if socket is not None and not isinstance(socket, str):
+        raise _refuse(f"kv_connector_extra_config.socket is {socket!r}", "give a path")
+    hf_config = model.hf_config
+    num_layers = int(getattr(hf_config, "num_hidden_layers", 0))
+    seed_text = seed if seed is not None else "vllm-none-hash"
+    return Settings(
+        instance=vllm_instance(str(kvt.engine_id)),
+        socket=socket,
+        model=str(model.model),
+        revision=model.revision,
+        release=vllm.__version__,
+        dtype=_dtype_name(model.dtype),
+        kv_cache_dtype=str(cache.cache_dtype),
+        quantization=str(model.quantization or "none"),
+        block_size=int(cache.block_size),
+        hash_algo=algo,
+        hash_seed=hashlib.sha256(seed_text.encode()).hexdigest(),
+        hf_overrides=json.dumps(model.hf_overrides, sort_keys=True, default=str)
+        if isinstance(model.hf_overrides, dict)
+        else repr(model.hf_overrides),
+        tensor=int(parallel.tensor_parallel_size),
+        pipeline=int(parallel.pipeline_parallel_size),
+        num_layers=num_layers,
+        lora=vllm_config.lora_config is not None,
+        producer=bool(kvt.is_kv_producer),
+        consumer=bool(kvt.is_kv_consumer),
+    )
+
+
+@dataclass(frozen=True)
+class PageShape:
+    """A dense group's page per layer: its spec's shape and byte order."""
+
+    block_size: int
+    kv_heads: int
+    head_size: int
+    head_size_v: int
+    kv_dtype: str
+    order: str  # "NHD" or "HND"
+
+    @property
+    def element(self) -> int:
+        return _ELEMENT_BYTES.get(self.kv_dtype, 2)
+
+    @property
+    def layer_bytes(self) -> int:
+        return self.block_size * self.kv_heads * (self.head_size + self.head_size_v) * self.element
+
+
+def page_shape(kv_cache_config: KVCacheConfig | None, layout: str | None) -> PageShape:
+    """The one full-attention group's page shape, or `StartupRefused` for anything else."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    if kv_cache_config is None:
+        raise _refuse("vLLM gave no KV cache configuration", "use vLLM 0.33 or newer")
+    groups = kv_cache_config.kv_cache_groups
+    kinds = sorted({type(g.kv_cache_spec).__name__ for g in groups})
+    if len(groups) != 1 or kinds != ["FullAttentionSpec"]:
+        raise _refuse(
+            f"KV cache groups {kinds} are not mapped yet (dense full attention only)",
+            "use a dense model, or run without the connector",
+        )
+    spec = groups[0].kv_cache_spec
+    assert isinstance(spec, FullAttentionSpec)
+    if spec.sliding_window is not None or spec.attention_chunk_size is not None:
+        raise _refuse("a windowed attention group is not mapped yet", "use a dense model")
+    name = layout or "LBNHC"
+    if name not in _PAGE_ORDER:
+        raise _refuse(
+            f"the KV cache layout {name} puts a page of one layer in several runs, which the "
+            "pool geometry does not describe",
+            "use the default layout (unset VLLM_KV_CACHE_LAYOUT)",
+        )
+    return PageShape(
+        block_size=int(spec.block_size),
+        kv_heads=int(spec.num_kv_heads),
+        head_size=int(spec.head_size),
+        head_size_v=int(spec.head_size_v),
+        kv_dtype=_dtype_name(spec.dtype),
+        order=_PAGE_ORDER[name],
+    )
+
+
+def state_format(
+    s: Settings, shape: PageShape, rank: int, attention_backend: str
+) -> orbitkv.StateFormat:
+    """The bytes of one record at `rank`: every layer of its stage, each layer's page in vLLM's
+    own byte order (NHD: token, head, then the K and V halves of the head's row)."""
+    e, n, h = shape.element, shape.block_size, shape.kv_heads
+    row = (shape.head_size + shape.head_size_v) * e
+    token, head = (h * row, row) if shape.order == "NHD" else (row, n * row)
+    axes: list[tuple[Any, int, int]] = [("layer", s.stage_layers(rank), shape.layer_bytes)]
+    inner = [("token", n, token), ("kv_head", h, head)]
+    axes += inner if shape.order == "NHD" else inner[::-1]
+    axes += [("kv_split", 2, shape.head_size * e), ("head_dim", shape.head_size, e)]
+    return orbitkv.StateFormat(
+        dtype=s.dtype,
+        kv_quant=s.kv_cache_dtype,
+        block_tokens=shape.block_size,
+        layers=s.stage_layers(rank),
+        layout=axes,
+        kv_heads=h,
+        head_size_k=shape.head_size,
+        head_size_v=shape.head_size_v,
+        engine="vllm",
+        release=s.release,
+        attention_backend=attention_backend,
+        rank=rank,
+        tensor=s.tensor,
+        pipeline=s.pipeline,
+    )
+
+
+def storage_layout(s: Settings, shape: PageShape, attention_backend: str) -> orbitkv.StorageLayout:
+    """The instance's layout: one dense group, one format per rank."""
+    formats = [state_format(s, shape, r, attention_backend) for r in range(s.workers)]
+    group = orbitkv.CacheGroup(
+        id=GROUP,
+        component="dense_kv",
+        block_tokens=shape.block_size,
+        page_bytes=shape.layer_bytes * s.stage_layers(0),
+        formats=formats,
+    )
+    return orbitkv.StorageLayout([group], tensor=s.tensor, pipeline=s.pipeline)
+
+
+def identity(s: Settings, shape: PageShape, attention_backend: str) -> orbitkv.Identity:
+    """The computation's identity: the model by content and every setting that changes the KV
+    bytes; the placement is not part of it."""
+    return orbitkv.resolve_identity(
+        s.model,
+        engine="vllm",
+        release=s.release,
+        dtype=s.dtype,
+        kv_cache_dtype=s.kv_cache_dtype,
+        quantization=s.quantization,
+        attention_backend=attention_backend,
+        cache_variant="full_attention",
+        settings=[
+            ("block_size", str(s.block_size).encode()),
+            ("page_order", shape.order.encode()),
+            ("hash", f"{s.hash_algo}:{s.hash_seed}".encode()),
+            ("hf_overrides", s.hf_overrides.encode()),
+            ("parallel", f"tp{s.tensor}pp{s.pipeline}".encode()),
+        ],
+        revision=s.revision,
+    )
