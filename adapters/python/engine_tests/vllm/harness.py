@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import mmap
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,6 +213,23 @@ class Instance:
         self.scheduler.add_request(r)
         return r
 
+    def start_of(self, rid: str, prompt: list[int]) -> int:
+        """Adds request `rid`, steps until it is scheduled, runs everything to the end, and
+        returns the tokens it started from (local hits plus external tokens)."""
+        return self.scheduled(rid, prompt)[0]
+
+    def scheduled(self, rid: str, prompt: list[int]) -> tuple[int, Request]:
+        """As `start_of`, with the request."""
+        r = self.request(rid, prompt)
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            so = self.step()
+            new = [x for x in so.scheduled_new_reqs if x.req_id == r.request_id]
+            if new:
+                self.run()
+                return int(new[0].num_computed_tokens), r
+        raise AssertionError(f"{rid} never scheduled")
+
     def page(self, block: int) -> bytes:
         """The bytes of vLLM block `block`, every layer, in memory order."""
         out = b""
@@ -283,13 +301,17 @@ class Instance:
             for i in range(c // BLOCK, min((c + n) // BLOCK, len(r.block_hashes))):
                 self._write(caches, blocks[i], bytes(r.block_hashes[i]))
 
-    def run(self, steps: int = 40) -> None:
-        """Steps until every request is finished and every block given back."""
-        for _ in range(steps):
-            if not self.scheduler.has_requests() and not self.scheduler.has_finished_requests():
-                return
-            self.step()
-        raise AssertionError(f"requests left after {steps} steps: {list(self.scheduler.requests)}")
+    def run(self, seconds: float = 30.0) -> None:
+        """Steps until every request is finished and every block given back, as vLLM's engine
+        loop does (a finished request whose blocks wait for their copies keeps it stepping)."""
+        deadline = time.monotonic() + seconds
+        while self.scheduler.has_requests():
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"requests left after {seconds} s: {list(self.scheduler.requests)}"
+                )
+            if not self.step().num_scheduled_tokens:
+                time.sleep(0.001)
 
     def close(self) -> None:
         for w in self.workers:

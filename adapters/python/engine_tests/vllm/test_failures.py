@@ -46,17 +46,8 @@ def kill(d: Daemon) -> None:
 
 def run_through(c: Instance, rid: str, k: int = 0) -> tuple[int, Request]:
     """Runs `rid` (prompt `k`) to the end; (tokens it started from, the request)."""
-    r = c.request(rid, prompt(k))
-    start = None
-    for _ in range(40):
-        so = c.step()
-        for x in so.scheduled_new_reqs:
-            if x.req_id == rid:
-                start = x.num_computed_tokens
-        if r.is_finished():
-            break
+    start, r = c.scheduled(rid, prompt(k))
     assert r.is_finished(), "the request finished"
-    assert start is not None
     return start, r
 
 

@@ -16,26 +16,15 @@ from harness import BLOCK, Instance
 PROMPT = [(i * 41 + 3) % 1000 for i in range(4 * BLOCK)] + [1]
 
 
-def start_of(inst: Instance, rid: str, prompt: list[int]) -> int:
-    r = inst.request(rid, prompt)
-    for _ in range(10):
-        so = inst.step()
-        new = [x for x in so.scheduled_new_reqs if x.req_id == r.request_id]
-        if new:
-            inst.run()
-            return int(new[0].num_computed_tokens)
-    raise AssertionError(f"{rid} never scheduled")
-
-
 @pytest.fixture(scope="module")
 def published(daemon: Daemon, model_dir: Path) -> Iterator[Daemon]:
     """PROMPT's four blocks, published and durable."""
     p = Instance(model_dir, "base", daemon.socket)
-    assert start_of(p, "w", PROMPT) == 0
+    assert p.start_of("w", PROMPT) == 0
     assert p.worker.worker.wait_durable(10.0)
     # The same computation finds them.
     same = Instance(model_dir, "same", daemon.socket)
-    assert start_of(same, "r", PROMPT) == 4 * BLOCK
+    assert same.start_of("r", PROMPT) == 4 * BLOCK
     same.close()
     p.close()
     yield daemon
@@ -44,7 +33,7 @@ def published(daemon: Daemon, model_dir: Path) -> Iterator[Daemon]:
 def zero(model: Path, socket: str, name: str, **kw: object) -> None:
     inst = Instance(model, name, socket, **kw)  # type: ignore[arg-type]
     try:
-        assert start_of(inst, "r", PROMPT) == 0, f"{name}: another computation's records"
+        assert inst.start_of("r", PROMPT) == 0, f"{name}: another computation's records"
     finally:
         inst.close()
 
@@ -79,7 +68,7 @@ def test_placement_is_not_identity(published: Daemon, model_dir: Path) -> None:
     """Block-outermost with the same page order: the same records."""
     inst = Instance(model_dir, "blnhc", published.socket, layout="BLNHC")
     try:
-        assert start_of(inst, "r", PROMPT) == 4 * BLOCK
+        assert inst.start_of("r", PROMPT) == 4 * BLOCK
     finally:
         inst.close()
 
@@ -95,7 +84,7 @@ def test_a_lora_request_gets_nothing_and_publishes_nothing(
 
     inst = Instance(model_dir, "lora", published.socket, args={"enable_lora": True})
     try:
-        assert start_of(inst, "base", PROMPT) == 4 * BLOCK
+        assert inst.start_of("base", PROMPT) == 4 * BLOCK
         before = inst.worker.worker.stats["published_bytes"]
         r = Request(
             request_id="adapted",

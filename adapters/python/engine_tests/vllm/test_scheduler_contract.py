@@ -5,6 +5,7 @@ copied out; every lease is given back."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -19,34 +20,21 @@ def durable(inst: Instance) -> None:
     assert inst.worker.worker.wait_durable(10.0), "publishes not durable within 10 s"
 
 
-def start_of(inst: Instance, rid: str, prompt: list[int]) -> int:
-    """Adds `rid`, steps until it is scheduled and returns the tokens it started from (local
-    hits plus external tokens), then runs it to the end."""
-    r = inst.request(rid, prompt)
-    for _ in range(10):
-        so = inst.step()
-        new = [x for x in so.scheduled_new_reqs if x.req_id == r.request_id]
-        if new:
-            inst.run()
-            return int(new[0].num_computed_tokens)
-    raise AssertionError(f"{rid} never scheduled")
-
-
 def test_external_tokens_are_the_boundary_minus_local_hits(daemon: Daemon, model_dir: Path) -> None:
     c = Instance(model_dir, "consumer", daemon.socket)
     p = Instance(model_dir, "producer", daemon.socket)
     try:
         # The consumer computes the first 3 blocks itself (nothing is published yet) and keeps
         # them in its prefix cache; it publishes them too.
-        assert start_of(c, "local", [*PROMPT[: 3 * BLOCK], 999]) == 0
+        assert c.start_of("local", [*PROMPT[: 3 * BLOCK], 999]) == 0
         assert "local" in c.freed, "a publishing request's blocks are freed once copied out"
         durable(c)
         # The producer finds those 3, computes the other 5 and publishes them.
-        assert start_of(p, "full", [*PROMPT, 998]) == 3 * BLOCK
+        assert p.start_of("full", [*PROMPT, 998]) == 3 * BLOCK
         durable(p)
         # The consumer holds 3 blocks locally; the daemon proves all 8: 5 external.
         before = c.connector.scheduler.stats["hit_tokens"]
-        assert start_of(c, "again", [*PROMPT, 997]) == 8 * BLOCK
+        assert c.start_of("again", [*PROMPT, 997]) == 8 * BLOCK
         assert c.connector.scheduler.stats["hit_tokens"] - before == 5 * BLOCK
         assert c.connector.scheduler.leases == [], "every lease given back"
     finally:
@@ -72,7 +60,8 @@ def test_loaded_pages_are_the_published_bytes(
         r = c.request("probe", prompt)
         hashes = [bytes(h) for h in r.block_hashes]
         start, loaded = 0, {}
-        for _ in range(10):
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
             so = c.step()
             new = [x for x in so.scheduled_new_reqs if x.req_id == "probe"]
             if new:

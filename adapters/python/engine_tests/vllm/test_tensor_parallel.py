@@ -14,17 +14,6 @@ def prompt(k: int) -> list[int]:
     return [(i * 59 + 13 + k * 307) % 1000 for i in range(4 * BLOCK)] + [4]
 
 
-def start_of(inst: Instance, rid: str, tokens: list[int]) -> int:
-    r = inst.request(rid, tokens)
-    for _ in range(10):
-        so = inst.step()
-        new = [x for x in so.scheduled_new_reqs if x.req_id == r.request_id]
-        if new:
-            inst.run()
-            return int(new[0].num_computed_tokens)
-    raise AssertionError(f"{rid} never scheduled")
-
-
 def test_a_rank_that_never_published_gives_no_external_tokens(
     daemon: Daemon, model_dir: Path
 ) -> None:
@@ -33,14 +22,14 @@ def test_a_rank_that_never_published_gives_no_external_tokens(
     single = Instance(model_dir, "tp-one", daemon.socket)
     reader = Instance(model_dir, "tp-reader", daemon.socket, tp=2)
     try:
-        assert start_of(half, "w", prompt(0)) == 0
-        assert start_of(whole, "w", prompt(1)) == 0
-        assert start_of(single, "w", prompt(2)) == 0
+        assert half.start_of("w", prompt(0)) == 0
+        assert whole.start_of("w", prompt(1)) == 0
+        assert single.start_of("w", prompt(2)) == 0
         for inst in (half, whole, single):
             assert all(w.worker.wait_durable(10.0) for w in inst.workers)
-        assert start_of(reader, "missing-rank", prompt(0)) == 0
-        assert start_of(reader, "another-parallel-shape", prompt(2)) == 0
-        assert start_of(reader, "both-ranks", prompt(1)) == 4 * BLOCK
+        assert reader.start_of("missing-rank", prompt(0)) == 0
+        assert reader.start_of("another-parallel-shape", prompt(2)) == 0
+        assert reader.start_of("both-ranks", prompt(1)) == 4 * BLOCK
         # Each rank loaded its own shard.
         for w in reader.workers:
             assert w.worker.stats["loaded_bytes"] == 4 * w.worker.shape.layer_bytes * 2

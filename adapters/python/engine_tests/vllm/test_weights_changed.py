@@ -19,17 +19,6 @@ def prompt(k: int) -> list[int]:
     return [(i * 43 + 9 + k * 211) % 1000 for i in range(4 * BLOCK)] + [3]
 
 
-def start_of(inst: Instance, rid: str, tokens: list[int]) -> int:
-    r = inst.request(rid, tokens)
-    for _ in range(10):
-        so = inst.step()
-        new = [x for x in so.scheduled_new_reqs if x.req_id == r.request_id]
-        if new:
-            inst.run()
-            return int(new[0].num_computed_tokens)
-    raise AssertionError(f"{rid} never scheduled")
-
-
 @pytest.fixture
 def restore() -> Iterator[None]:
     yield
@@ -47,7 +36,7 @@ def test_a_weight_reload_stops_serving_and_publishing(
     p.close()
     c = Instance(model_dir, "rlhf", daemon.socket)
     try:
-        assert start_of(c, "before", prompt(0)) == 4 * BLOCK
+        assert c.start_of("before", prompt(0)) == 4 * BLOCK
         calls: list[int] = []
         runner = SimpleNamespace(reload_weights=lambda *a, **k: calls.append(1))
         Worker.reload_weights(SimpleNamespace(vllm_config=c.config, model_runner=runner))
@@ -55,10 +44,10 @@ def test_a_weight_reload_stops_serving_and_publishing(
         stats = c.worker.worker.stats
         published, failures = stats["published_bytes"], stats["load_failures"]
         # The scheduler may not know yet: the worker refuses what it planned.
-        first = start_of(c, "first", prompt(1))
+        first = c.start_of("first", prompt(1))
         assert first == 0 or stats["load_failures"] - failures == 4
         # Now it knows: 0 external tokens.
-        assert start_of(c, "second", prompt(2)) == 0
+        assert c.start_of("second", prompt(2)) == 0
         assert c.connector.scheduler.stale
         assert stats["published_bytes"] == published, "nothing published after the change"
     finally:
