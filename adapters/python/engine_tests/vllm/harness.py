@@ -23,6 +23,7 @@ from vllm.distributed import parallel_state
 from vllm.distributed.kv_transfer import kv_transfer_state
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorRole
+from vllm.distributed.utils import get_pp_indices
 from vllm.engine.arg_utils import EngineArgs
 from vllm.forward_context import set_forward_context
 from vllm.utils.hashing import get_hash_fn_by_name
@@ -74,14 +75,21 @@ def init_distributed(config: VllmConfig) -> None:
 
 
 @contextlib.contextmanager
-def _tp_rank(rank: int) -> Iterator[None]:
-    """vLLM's tensor-parallel rank reads `rank` (one process plays every rank)."""
-    real = parallel_state.get_tensor_model_parallel_rank
-    parallel_state.get_tensor_model_parallel_rank = lambda: rank
+def _ranks(tp_rank: int, pp_rank: int) -> Iterator[None]:
+    """vLLM's rank queries answer `tp_rank` and `pp_rank` (one process plays every rank)."""
+    real = (
+        parallel_state.get_tensor_model_parallel_rank,
+        parallel_state.get_pipeline_model_parallel_rank,
+    )
+    parallel_state.get_tensor_model_parallel_rank = lambda: tp_rank
+    parallel_state.get_pipeline_model_parallel_rank = lambda: pp_rank
     try:
         yield
     finally:
-        parallel_state.get_tensor_model_parallel_rank = real
+        (
+            parallel_state.get_tensor_model_parallel_rank,
+            parallel_state.get_pipeline_model_parallel_rank,
+        ) = real
 
 
 def kv_transfer(socket_path: str, **extra: object) -> dict[str, object]:
@@ -128,6 +136,7 @@ class Instance:
     # Tensor-parallel ranks (one worker-side connector each), and those whose worker runs each
     # step (all by default; a rank left out never loads or publishes).
     tp: int = 1
+    pp: int = 1
     stepping: tuple[int, ...] | None = None
     # The KV caches from vLLM's own `allocate_kv_cache` (plain CPU tensors) instead of views
     # over an mmap'd buffer.
@@ -135,7 +144,13 @@ class Instance:
 
     def __post_init__(self) -> None:
         transfer = kv_transfer(self.socket, engine_id=self.engine_id, **self.extra)
-        self.config = engine_config(self.model, transfer, tensor_parallel_size=self.tp, **self.args)
+        self.config = engine_config(
+            self.model,
+            transfer,
+            tensor_parallel_size=self.tp,
+            pipeline_parallel_size=self.pp,
+            **self.args,
+        )
         init_distributed(self.config)
         cfg = self.config
         hf = cfg.model_config.hf_config
@@ -157,7 +172,7 @@ class Instance:
         self.kv_cache_config = kvc
         self._bufs: list[mmap.mmap] = []
         self._views: list[dict[str, torch.Tensor]] = []
-        self.workers = [self._worker(rank) for rank in range(self.tp)]
+        self.workers = [self._worker(rank) for rank in range(self.tp * self.pp)]
         self.worker = self.workers[0]
         self.kv_caches = self._views[0]
         self.scheduler = Scheduler(
@@ -169,7 +184,10 @@ class Instance:
         )
         self.connector = self.scheduler.get_kv_connector()
         self.connector.set_xfer_handshake_metadata_pp_aware(
-            {(0, r): w.get_handshake_metadata() for r, w in enumerate(self.workers)}
+            {
+                (r // self.tp, r % self.tp): w.get_handshake_metadata()
+                for r, w in enumerate(self.workers)
+            }
         )
         hash_fn = get_hash_fn_by_name(cfg.cache_config.prefix_caching_hash_algo)
         init_none_hash(hash_fn)
@@ -183,7 +201,7 @@ class Instance:
         """The worker-side connector of tensor-parallel rank `rank`, registered with views over
         its own mmap'd buffer."""
         cfg, kvc = self.config, self.kv_cache_config
-        with set_current_vllm_config(cfg), _tp_rank(rank):
+        with set_current_vllm_config(cfg), _ranks(rank % self.tp, rank // self.tp):
             worker = KVConnectorFactory.create_connector(
                 config=cfg, role=KVConnectorRole.WORKER, kv_cache_config=kvc
             )
@@ -198,6 +216,10 @@ class Instance:
             for t in kvc.kv_cache_tensors:
                 views = create_kv_cache_views(raw, self.spec, kvc.num_blocks, layout, t)
                 caches.update(zip(t.layers, views, strict=True))
+        # A pipeline stage holds its own layers only.
+        start, end = get_pp_indices(len(self.layer_names), rank // self.tp, self.pp)
+        stage = set(self.layer_names[start:end])
+        caches = {n: v for n, v in caches.items() if n in stage}
         worker.register_kv_caches(caches)
         self._views.append(caches)
         return worker
@@ -250,6 +272,8 @@ class Instance:
     def _write(self, caches: dict[str, torch.Tensor], block: int, block_hash: bytes) -> None:
         """What the forward pass would write into a block: bytes derived from its hash."""
         for i, n in enumerate(self.layer_names):
+            if n not in caches:
+                continue
             x = caches[n][block]
             size = x.numel() * x.element_size()
             data = hashlib.shake_256(block_hash + bytes([i])).digest(size)
@@ -263,7 +287,7 @@ class Instance:
         so = self.scheduler.schedule()
         req_ids = list(so.num_scheduled_tokens)
         outputs = []
-        for rank in self.stepping if self.stepping is not None else range(self.tp):
+        for rank in self.stepping if self.stepping is not None else range(len(self.workers)):
             kv_transfer_state._KV_CONNECTOR_AGENT = self.workers[rank]
             with set_forward_context(None, self.config):
                 self.workers[rank].handle_preemptions(so.kv_connector_metadata)

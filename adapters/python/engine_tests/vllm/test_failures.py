@@ -116,3 +116,28 @@ def test_a_restarted_daemon_is_registered_with_again(own_daemon: Daemon, model_d
         assert served, "the records kept across the restart are served again"
     finally:
         c.close()
+
+
+def test_a_stale_generation_is_a_load_error(own_daemon: Daemon, model_dir: Path) -> None:
+    """A Load naming a page whose generation moved on (the page was reused meanwhile) is
+    refused for that page by the daemon's fence: a load error, and vLLM recomputes."""
+    publish(model_dir, own_daemon.socket)
+    c = Instance(model_dir, "consumer", own_daemon.socket)
+    worker = c.worker.worker
+    real = worker._fresh
+
+    def fresh(block: int) -> int | None:
+        generation = real(block)
+        assert worker.pool is not None
+        worker.pool.reuse(block)  # the page moves on before the daemon copies into it
+        return generation
+
+    worker._fresh = fresh  # type: ignore[method-assign]
+    try:
+        start, r = run_through(c, "r")
+        assert start == 4 * BLOCK
+        assert worker.stats["load_failures"] == 4
+        assert sum(v for k, v in worker.stats.total.items() if k.startswith("load_")) > 4
+        assert r.num_output_tokens == 2
+    finally:
+        c.close()

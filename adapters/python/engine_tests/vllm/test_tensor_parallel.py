@@ -1,6 +1,7 @@
-"""Tensor parallelism, two worker-side connectors of one instance: each rank publishes and
-loads its own shard; a prefix one rank never published, or one published by an instance of
-another tensor-parallel size, gives 0 external tokens."""
+"""Tensor and pipeline parallelism, a worker-side connector per rank of one instance: each rank
+publishes and loads its own shard (its heads, or its stage's layers); a prefix one rank never
+published, or one published by an instance of another parallel shape, gives 0 external
+tokens."""
 
 from __future__ import annotations
 
@@ -36,3 +37,18 @@ def test_a_rank_that_never_published_gives_no_external_tokens(
     finally:
         for inst in (half, whole, single, reader):
             inst.close()
+
+
+def test_pipeline_stages_publish_and_load_their_own_layers(daemon: Daemon, model_dir: Path) -> None:
+    writer = Instance(model_dir, "pp-writer", daemon.socket, pp=2)
+    reader = Instance(model_dir, "pp-reader", daemon.socket, pp=2)
+    try:
+        assert writer.start_of("w", prompt(3)) == 0
+        assert all(w.worker.wait_durable(10.0) for w in writer.workers)
+        assert reader.start_of("r", prompt(3)) == 4 * BLOCK
+        for w in reader.workers:
+            assert len(w.worker.layers) == 1, "one layer per stage"
+            assert w.worker.stats["loaded_bytes"] == 4 * w.worker.shape.layer_bytes
+    finally:
+        writer.close()
+        reader.close()

@@ -147,6 +147,20 @@ class WorkerSide:
             return None
         return self.session.conn, seal
 
+    def _fresh(self, block: int) -> int | None:
+        """A new generation of pool page `block` (after the daemon's copies out of it, should
+        one still be running); `None` when the page stays leased."""
+        if self.pool is None:
+            return None
+        for attempt in range(2):
+            try:
+                return self.pool.reuse(block)
+            except orbitkv.OrbitKVError:
+                if attempt == 0:
+                    self._poll(COPIED_WAIT)
+        log.warning("OrbitKV: pool page %d stays leased; its block is skipped", block)
+        return None
+
     def _page_bytes(self, layer: torch.Tensor, block: int) -> torch.Tensor:
         """Layer `layer`'s page `block` in memory order (one run: the layouts mapped)."""
         x = layer[block]
@@ -185,10 +199,18 @@ class WorkerSide:
                 self.stats.add("load_failures", len(mine))
                 continue
             conn, seal = live
-            pages = []
+            pages, staged = [], []
             for index, block, rank in mine:
-                generation = self.pool.reuse(block)
+                generation = self._fresh(block)
+                if generation is None:
+                    self.load_errors.add(block)
+                    self.stats.add("load_failures")
+                    continue
+                staged.append((index, block, rank))
                 pages.append((index, GROUP, rank, POOL, block, generation, 0, len(self.layers)))
+            mine = staged
+            if not pages:
+                continue
             try:
                 statuses = conn.wait(
                     conn.submit_load(seal.token, seal.epoch, spec.lease, pages), timeout=LOAD_WAIT
@@ -223,11 +245,15 @@ class WorkerSide:
         conn, seal = live
         pages = []
         for p in meta.publishes:
-            generation = self.pool.reuse(p.block)
+            generation = self._fresh(p.block)
+            if generation is None:
+                continue
             self._to_pool(p.block)
             pages.append(
                 (GROUP, self.rank, p.hash, p.parent, p.start, p.end, POOL, p.block, generation)
             )
+        if not pages:
+            return
         try:
             rid = conn.submit_publish(seal.token, seal.epoch, pages)
         except orbitkv.OrbitKVError as e:
