@@ -564,7 +564,7 @@ pub fn take_records(publishes: &mut [&mut Copied]) -> Vec<Waiting> {
 }
 
 /// Frames one bundle holds at most: one vectored write takes at most `IOV_MAX` buffers.
-const BUNDLE_FRAMES: usize = 1024;
+pub const BUNDLE_FRAMES: usize = 1024;
 
 /// Puts `records` into bundles of at most [`COMMIT_BUNDLE_BYTES`] of payload (and half a
 /// segment, and [`BUNDLE_FRAMES`] records) across publishers, each handed to `each` at once
