@@ -6,9 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from harness import Instance, engine_config, kv_transfer
 from orbitkv.vllm import StartupRefused
-from orbitkv.vllm.settings import settings_from
+from orbitkv.vllm.settings import page_shape, settings_from
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    KVQuantMode,
+)
 
 
 def refused(model: Path, match: str, **kw: object) -> None:
@@ -57,3 +64,22 @@ def test_the_daemon_being_away_is_not_a_refusal(model_dir: Path) -> None:
         assert r.is_finished()
     finally:
         inst.close()
+
+
+def test_kv_quantization_with_scales_of_its_own_is_refused() -> None:
+    """Per-token-head int8 keeps scales besides the page: its bytes alone are not the state."""
+
+    def config(dtype: torch.dtype, mode: KVQuantMode) -> KVCacheConfig:
+        spec = FullAttentionSpec(
+            block_size=16, num_kv_heads=2, head_size=32, dtype=dtype, kv_quant_mode=mode
+        )
+        return KVCacheConfig(
+            num_blocks=4,
+            kv_cache_tensors=[],
+            kv_cache_groups=[KVCacheGroupSpec(["layer.0"], spec)],
+        )
+
+    with pytest.raises(StartupRefused, match="quantization mode not mapped"):
+        page_shape(config(torch.int8, KVQuantMode.INT8_PER_TOKEN_HEAD), "LBNHC")
+    fp8 = page_shape(config(torch.float8_e4m3fn, KVQuantMode.FP8_PER_TENSOR), "LBNHC")
+    assert fp8.layer_bytes == 16 * 2 * 64

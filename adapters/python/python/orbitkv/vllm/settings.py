@@ -18,7 +18,15 @@ if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig
 
 # Bytes per element of each KV dtype vLLM names.
-_ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+_ELEMENT_BYTES = {
+    "float16": 2,
+    "bfloat16": 2,
+    "float32": 4,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "uint8": 1,
+    "int8": 1,
+}
 
 # vLLM's block-internal orders: (token, head) order of a page, by KV cache layout. Layouts
 # whose page of one layer is not one run (LHBNC, BHLNC) are refused.
@@ -142,11 +150,6 @@ def settings_from(vllm_config: VllmConfig) -> Settings:
             "context parallelism shards a block's tokens across ranks, which is not mapped yet",
             "set --decode-context-parallel-size 1 and --prefill-context-parallel-size 1",
         )
-    if str(cache.cache_dtype).startswith("fp8") and getattr(cache, "calculate_kv_scales", False):
-        raise _refuse(
-            "fp8 KV with dynamically computed scales: the bytes depend on scales not stored",
-            "use static scales from the checkpoint, or --kv-cache-dtype auto",
-        )
     extra = kvt.kv_connector_extra_config or {}
     socket = extra.get("socket")
     if socket is not None and not isinstance(socket, str):
@@ -191,7 +194,11 @@ class PageShape:
 
     @property
     def element(self) -> int:
-        return _ELEMENT_BYTES.get(self.kv_dtype, 2)
+        return _ELEMENT_BYTES.get(self.kv_dtype, 0)
+
+    @property
+    def element_known(self) -> bool:
+        return self.kv_dtype in _ELEMENT_BYTES
 
     @property
     def layer_bytes(self) -> int:
@@ -222,7 +229,7 @@ def page_shape(kv_cache_config: KVCacheConfig | None, layout: str | None) -> Pag
             "pool geometry does not describe",
             "use the default layout (unset VLLM_KV_CACHE_LAYOUT)",
         )
-    return PageShape(
+    shape = PageShape(
         block_size=int(spec.block_size),
         kv_heads=int(spec.num_kv_heads),
         head_size=int(spec.head_size),
@@ -230,6 +237,22 @@ def page_shape(kv_cache_config: KVCacheConfig | None, layout: str | None) -> Pag
         kv_dtype=_dtype_name(spec.dtype),
         order=_PAGE_ORDER[name],
     )
+    # Only the heads' elements are mapped: not a page with more (padding), nor a quantization
+    # mode with scales of its own (per token and head, block-wise). fp8 with one scale per
+    # tensor is mapped: the scale is the checkpoint's, part of the model's content.
+    mode = str(getattr(getattr(spec, "kv_quant_mode", None), "name", "NONE"))
+    if (
+        not shape.element_known
+        or spec.page_size_bytes != shape.layer_bytes
+        or mode not in ("NONE", "FP8_PER_TENSOR")
+    ):
+        raise _refuse(
+            f"a KV page of {spec.page_size_bytes} bytes is not {shape.kv_heads} heads of "
+            f"{shape.block_size} tokens in {shape.kv_dtype} (padding, scales or a KV "
+            "quantization mode not mapped yet)",
+            "use --kv-cache-dtype auto",
+        )
+    return shape
 
 
 def state_format(
