@@ -75,7 +75,7 @@ impl StateStore {
                 (o.seg.id, o.append_with(&rec, |_| sequence)?, sequence)
             }
             Target::MainLog => {
-                let need = self.bundle_need(&rec);
+                let need = self.bundle_need(rec.iter().map(|(_, p)| p.len()));
                 let segment = self.ensure_active(w, Log::Main, need)?;
                 let sequence = if keep_sequence {
                     from

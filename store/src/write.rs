@@ -219,10 +219,9 @@ impl StateStore {
     }
 
     /// Bytes `records` take in a segment at most (frames with their alignment padding).
-    pub(crate) fn bundle_need(&self, records: &[(RecordMeta, &[u8])]) -> u64 {
-        records
-            .iter()
-            .map(|(_, p)| (p.len() + FRAME_HEADER_LEN + self.config.alignment.unit()) as u64)
+    pub(crate) fn bundle_need(&self, payload_lens: impl Iterator<Item = usize>) -> u64 {
+        payload_lens
+            .map(|n| (n + FRAME_HEADER_LEN + self.config.alignment.unit()) as u64)
             .sum()
     }
 
@@ -372,20 +371,7 @@ impl StateStore {
         let (receipt, frames) = if framed {
             self.append_frames(records)?
         } else {
-            let r = {
-                let views: Vec<(RecordMeta, &[u8])> = records
-                    .iter()
-                    .map(|(m, f)| (m.clone(), f.payload()))
-                    .collect();
-                let mut prepared = match prepared {
-                    Some(p) if p.records == records.len() => p,
-                    _ => self.prepare(&views)?,
-                };
-                let r = self.put_encoded(&views, &mut prepared.enc, false);
-                prepared.enc.recycle_shared();
-                r
-            }?;
-            (r, keyed(records))
+            self.put_payloads(records, prepared)?
         };
         // After the writer's lock: a copy the tier holds is served only for the key and
         // sequence the index or a pin names, so it may arrive after its record is indexed.
@@ -398,6 +384,35 @@ impl StateStore {
             })
             .collect();
         Ok((receipt, memory))
+    }
+
+    /// Appends and indexes the payloads of `records` as [`StateStore::put`] does, encoded by
+    /// `prepared` when it was made from exactly these records, else here; returns the receipt
+    /// and each record's key and frame (for the DRAM tier). On a refusal `records` is left as
+    /// it was.
+    #[expect(
+        clippy::type_complexity,
+        reason = "a receipt and the keys with their frames, for the DRAM tier"
+    )]
+    fn put_payloads(
+        &self,
+        records: &mut Vec<(RecordMeta, FrameBuf)>,
+        prepared: Option<Prepared>,
+    ) -> Result<(PutReceipt, Vec<(StateKey, Arc<FrameBuf>)>)> {
+        let receipt = {
+            let views: Vec<(RecordMeta, &[u8])> = records
+                .iter()
+                .map(|(m, f)| (m.clone(), f.payload()))
+                .collect();
+            let mut prepared = match prepared {
+                Some(p) if p.records == records.len() => p,
+                _ => self.prepare(&views)?,
+            };
+            let r = self.put_encoded(&views, &mut prepared.enc, false);
+            prepared.enc.recycle_shared();
+            r
+        }?;
+        Ok((receipt, keyed(records)))
     }
 
     /// The records' checks, placement and room, under the writer's lock: the log to append
@@ -468,12 +483,7 @@ impl StateStore {
         records: &mut Vec<(RecordMeta, FrameBuf)>,
     ) -> Result<(PutReceipt, Vec<(StateKey, Arc<FrameBuf>)>)> {
         let mut w = self.writer();
-        let need = records
-            .iter()
-            .map(|(_, f)| {
-                (f.payload().len() + FRAME_HEADER_LEN + self.config.alignment.unit()) as u64
-            })
-            .sum();
+        let need = self.bundle_need(records.iter().map(|(_, f)| f.payload().len()));
         let log = self.admit(&mut w, records.iter().map(|(m, _)| m), need)?;
         let first = w.next_sequence;
         let Some(active) = w.active[log as usize].as_mut() else {
@@ -482,17 +492,7 @@ impl StateStore {
         if !active.takes_frames(self.config.alignment) {
             // A segment resumed with other settings than the store's now: encode here.
             drop(w);
-            let r = {
-                let views: Vec<(RecordMeta, &[u8])> = records
-                    .iter()
-                    .map(|(m, f)| (m.clone(), f.payload()))
-                    .collect();
-                let mut enc = Encoded::new(&views, self.config.alignment, self.config.compression)?;
-                let r = self.put_encoded(&views, &mut enc, false);
-                enc.recycle_shared();
-                r
-            }?;
-            return Ok((r, keyed(records)));
+            return self.put_payloads(records, None);
         }
         let before = active.len;
         let coalesce = self.config.durability != Durability::EveryPut;
@@ -528,7 +528,7 @@ impl StateStore {
         let log = self.admit(
             &mut w,
             records.iter().map(|(m, _)| m),
-            self.bundle_need(records),
+            self.bundle_need(records.iter().map(|(_, p)| p.len())),
         )?;
         let first = w.next_sequence;
         let Some(active) = w.active[log as usize].as_mut() else {

@@ -128,8 +128,7 @@ class SchedulerSide:
             return 0, False
         conn, seal = live
         bs = self.shape.block_size
-        hashes = [bytes(h) for h in request.block_hashes]
-        end = min(len(hashes) * bs, request.num_tokens - 1) // bs * bs
+        end = min(len(request.block_hashes) * bs, request.num_tokens - 1) // bs * bs
         origin = num_computed_tokens
         if end <= origin:
             return 0, False
@@ -138,14 +137,14 @@ class SchedulerSide:
         look = self.lookups.get(rid)
         if look is None or (look.origin, look.end) != (origin, end):
             self.stats.add("queries", 1)
+            # Converted once per Query, not at each step the request waits.
+            hashes = [bytes(h) for h in request.block_hashes[: end // bs]]
             try:
-                q = conn.submit_query(
-                    seal.token, seal.epoch, origin, end, [(GROUP, hashes[: end // bs])]
-                )
+                q = conn.submit_query(seal.token, seal.epoch, origin, end, [(GROUP, hashes)])
             except orbitkv.OrbitKVError as e:
                 self._lost(e)
                 return 0, False
-            look = Lookup(origin, end, hashes[: end // bs], q)
+            look = Lookup(origin, end, hashes, q)
             self.lookups[rid] = look
         if look.boundary is None and look.request_id is not None:
             try:
