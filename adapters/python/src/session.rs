@@ -528,6 +528,37 @@ impl Connection {
         self.pool_registered(py, id)
     }
 
+    /// Registers a pool whose pages are CUDA device memory: `states`, a
+    /// `HostPool(spec, states_only=True)`, and the allocation's 64-byte IPC handle
+    /// (`cuIpcGetMemHandle`) on `device` (the ordinal as the daemon numbers devices), page 0 at
+    /// `offset` in it. A daemon without the CUDA backend, driver or device refuses it
+    /// (`RefusedError`, code `Unsupported`).
+    fn register_device_pool(
+        &self,
+        py: Python<'_>,
+        token: Vec<u8>,
+        states: &HostPool,
+        device: i32,
+        ipc_handle: Vec<u8>,
+        offset: u64,
+    ) -> PyResult<u32> {
+        let ipc_handle: [u8; 64] = ipc_handle.try_into().map_err(|h: Vec<u8>| {
+            invalid(py, format!("an IPC handle is 64 bytes, not {}", h.len()))
+        })?;
+        let m = Message::RegisterPool {
+            token: self::token(py, &token)?,
+            spec: states.inner.spec().clone(),
+            memory: PageMemory::Device {
+                device,
+                ipc_handle,
+                offset,
+            },
+        };
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&states.inner.fd());
+        let id = self.send_with(py, &m, &[fd])?;
+        self.pool_registered(py, id)
+    }
+
     /// Sends a Query (no side effects); its reply is `Proof` or `Miss`. `groups` is one
     /// `(group, [block hash, ...])` per cache group, block 0 first.
     fn submit_query(

@@ -27,8 +27,11 @@ def orbitkv_bin() -> str:
 class Daemon:
     """A running `orbitkv serve` with its data directory and socket under `root`."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, **flags: str) -> None:
+        """`flags`: options of `orbitkv serve` (`dram_bytes="64KiB"`), over these defaults."""
         self.root = root
+        options = {"dram_bytes": "256MiB", "ssd_bytes": "2GiB", "segment_bytes": "32MiB"}
+        options.update(flags)
         self.socket = str(root / "orbitkv.sock")
         self.log = root / "serve.log"
         self._log = self.log.open("w")
@@ -48,12 +51,7 @@ class Daemon:
                 self.socket,
                 "--metrics",
                 "127.0.0.1:0",
-                "--dram-bytes",
-                "256MiB",
-                "--ssd-bytes",
-                "2GiB",
-                "--segment-bytes",
-                "32MiB",
+                *(x for k, v in options.items() for x in ("--" + k.replace("_", "-"), v)),
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -1,21 +1,22 @@
 """A vLLM instance on CPU made of vLLM's real parts: its configuration, KV planner and v1
 `Scheduler` (whose scheduler-side connector vLLM's factory loads from `orbitkv.vllm`), and a
 worker-side connector made by the same factory, registered with the per-layer views vLLM builds
-over an mmap'd buffer. A step runs vLLM's own worker-side connector lifecycle
-(`KVConnectorModelRunnerMixin._get_kv_connector_output`); where the forward pass would run, the
-harness writes each newly full block's bytes, derived from its hash."""
+over a host pool the package mapped (or with vLLM's own CPU allocation). A step runs vLLM's own
+worker-side connector lifecycle (`KVConnectorModelRunnerMixin._get_kv_connector_output`); where
+the forward pass would run, the harness writes each newly full block's bytes, derived from its
+hash."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import mmap
 import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orbitkv
 import torch
 from vllm import SamplingParams
 from vllm.config import VllmConfig, set_current_vllm_config
@@ -27,6 +28,7 @@ from vllm.distributed.utils import get_pp_indices
 from vllm.engine.arg_utils import EngineArgs
 from vllm.forward_context import set_forward_context
 from vllm.utils.hashing import get_hash_fn_by_name
+from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
 from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
 from vllm.v1.core.kv_cache_planning import get_kv_cache_config_from_groups, get_kv_cache_groups
 from vllm.v1.core.kv_cache_utils import (
@@ -138,9 +140,10 @@ class Instance:
     tp: int = 1
     pp: int = 1
     stepping: tuple[int, ...] | None = None
-    # The KV caches from vLLM's own `allocate_kv_cache` (plain CPU tensors) instead of views
-    # over an mmap'd buffer.
-    allocate: bool = False
+    # Where the KV caches lie: "pool", vLLM's views over a host pool the package mapped
+    # (registered in place); "allocate", vLLM's own `allocate_kv_cache` (plain CPU tensors,
+    # staged).
+    memory: str = "pool"
 
     def __post_init__(self) -> None:
         transfer = kv_transfer(self.socket, engine_id=self.engine_id, **self.extra)
@@ -158,7 +161,7 @@ class Instance:
             block_size=cfg.cache_config.block_size,
             num_kv_heads=hf.num_key_value_heads // self.tp,
             head_size=hf.hidden_size // hf.num_attention_heads,
-            dtype=cfg.model_config.dtype,
+            dtype=kv_cache_dtype_str_to_dtype(cfg.cache_config.cache_dtype, cfg.model_config),
         )
         self.layer_names = [f"model.layers.{i}.self_attn.attn" for i in range(hf.num_hidden_layers)]
         resolve_kv_cache_layout(cfg, [[self.layout]], [self.spec])
@@ -170,7 +173,6 @@ class Instance:
         kvc.hash_block_size = hash_bs
         cfg.cache_config.num_gpu_blocks = kvc.num_blocks
         self.kv_cache_config = kvc
-        self._bufs: list[mmap.mmap] = []
         self._views: list[dict[str, torch.Tensor]] = []
         self.workers = [self._worker(rank) for rank in range(self.tp * self.pp)]
         self.worker = self.workers[0]
@@ -198,8 +200,8 @@ class Instance:
         self.reported: list[dict[str, int]] = []
 
     def _worker(self, rank: int) -> KVConnectorBase_V1:
-        """The worker-side connector of tensor-parallel rank `rank`, registered with views over
-        its own mmap'd buffer."""
+        """The worker-side connector of rank `rank`, registered with views over its own
+        memory."""
         cfg, kvc = self.config, self.kv_cache_config
         with set_current_vllm_config(cfg), _ranks(rank % self.tp, rank // self.tp):
             worker = KVConnectorFactory.create_connector(
@@ -207,12 +209,12 @@ class Instance:
             )
         layout = KVCacheLayout[self.layout]
         caches: dict[str, torch.Tensor] = {}
-        if self.allocate:
+        if self.memory == "allocate":
             caches = allocate_kv_cache(kvc, torch.device("cpu"), layout)
         else:
-            buf = mmap.mmap(-1, kvc.kv_cache_tensors[0].size)
-            self._bufs.append(buf)
-            raw = torch.frombuffer(buf, dtype=torch.int8)
+            raw = torch.frombuffer(
+                self._pool_memory(kvc.kv_cache_tensors[0].size), dtype=torch.int8
+            )
             for t in kvc.kv_cache_tensors:
                 views = create_kv_cache_views(raw, self.spec, kvc.num_blocks, layout, t)
                 caches.update(zip(t.layers, views, strict=True))
@@ -223,6 +225,28 @@ class Instance:
         worker.register_kv_caches(caches)
         self._views.append(caches)
         return worker
+
+    def _pool_memory(self, size: int) -> memoryview:
+        """`size` bytes of page memory in a host pool the package maps (an engine placing its
+        KV caches in shared memory)."""
+        pages = self.kv_cache_config.num_blocks
+        page = size // pages
+        spec = orbitkv.PoolSpec(
+            pool=1,
+            page_bytes=page,
+            pages=pages,
+            groups=[
+                orbitkv.GroupGeometry.packed(
+                    group=0,
+                    layers=1,
+                    offset=0,
+                    layer_stride=page,
+                    layer_bytes=page,
+                    page_bytes=page,
+                )
+            ],
+        )
+        return orbitkv.mapped.map_pool(orbitkv.HostPool(spec)).pages
 
     def request(self, rid: str, prompt: list[int], max_tokens: int = 2) -> Request:
         r = Request(
@@ -250,6 +274,26 @@ class Instance:
             if new:
                 self.run()
                 return int(new[0].num_computed_tokens), r
+        raise AssertionError(f"{rid} never scheduled")
+
+    def loaded(self, rid: str, prompt: list[int]) -> tuple[int, list[bytes], list[bytes]]:
+        """As `start_of`; also the bytes of the blocks it started from, as they were when it
+        was scheduled (in memory order), and what `_write` would have put in them."""
+        r = self.request(rid, prompt)
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            so = self.step()
+            new = [x for x in so.scheduled_new_reqs if x.req_id == rid]
+            if new:
+                start = int(new[0].num_computed_tokens)
+                blocks = self.scheduler.kv_cache_manager.get_block_ids(rid)[0][: start // BLOCK]
+                pages = [self.page(b) for b in blocks]
+                self.run()
+                return (
+                    start,
+                    pages,
+                    [self.expected(bytes(h)) for h in r.block_hashes[: len(blocks)]],
+                )
         raise AssertionError(f"{rid} never scheduled")
 
     def page(self, block: int) -> bytes:

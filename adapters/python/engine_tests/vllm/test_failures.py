@@ -28,10 +28,11 @@ def prompt(k: int) -> list[int]:
     return [(i * 29 + 5 + k * 101) % 1000 for i in range(4 * BLOCK)] + [2]
 
 
-def publish(model: Path, socket: str, prompts: int = 1) -> None:
+def publish(model: Path, socket: str, prompts: int = 1, first: int = 0) -> None:
+    """Publishes prompts `first`, `first + 1`, ... (`prompts` of them)."""
     p = Instance(model, "producer", socket)
     try:
-        for k in range(prompts):
+        for k in range(first, first + prompts):
             p.request(f"w{k}", prompt(k))
         p.run()
         assert p.worker.worker.wait_durable(10.0)
@@ -70,6 +71,35 @@ def test_a_daemon_lost_between_query_and_acquire(own_daemon: Daemon, model_dir: 
         assert r.num_output_tokens == 2, "recomputed, then decoded as usual"
     finally:
         c.close()
+
+
+def test_a_record_evicted_between_query_and_acquire(tmp_path: Path, model_dir: Path) -> None:
+    """Between the consumer's Query and its Acquire, other publishes fill a small store: the
+    proven records are reclaimed (FIFO), the Acquire proves none of them, and vLLM recomputes."""
+    small = Daemon(tmp_path, dram_bytes="64KiB", ssd_bytes="1MiB", policy="fifo")
+    try:
+        publish(model_dir, small.socket)
+        c = Instance(model_dir, "consumer", small.socket)
+        side = c.connector.scheduler
+        real = side.after_alloc
+
+        def after_alloc(request: Request, blocks: KVCacheBlocks, n: int) -> None:
+            if n:
+                # 160 records of 8 KiB: past the 1 MiB tier.
+                publish(model_dir, small.socket, prompts=40, first=1)
+            real(request, blocks, n)
+
+        side.after_alloc = after_alloc  # type: ignore[method-assign]
+        try:
+            start, r = run_through(c, "r")
+            assert start == 4 * BLOCK, "the Query proved four blocks"
+            assert side.stats["lost_blocks"] == 4, "the Acquire proved none of them"
+            assert c.worker.worker.stats["loaded_bytes"] == 0, "nothing loaded"
+            assert r.num_output_tokens == 2, "recomputed, then decoded as usual"
+        finally:
+            c.close()
+    finally:
+        small.stop()
 
 
 def test_a_daemon_lost_during_the_load(own_daemon: Daemon, model_dir: Path) -> None:

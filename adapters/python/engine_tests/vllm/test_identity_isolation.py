@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from daemon import Daemon
 from harness import BLOCK, Instance
 
@@ -40,6 +41,30 @@ def zero(model: Path, socket: str, name: str, **kw: object) -> None:
 
 def test_another_dtype(published: Daemon, model_dir: Path) -> None:
     zero(model_dir, published.socket, "fp16", args={"dtype": "float16"})
+
+
+def test_another_kv_cache_dtype(published: Daemon, model_dir: Path) -> None:
+    zero(model_dir, published.socket, "fp8", args={"kv_cache_dtype": "fp8_e4m3"})
+
+
+def test_fp8_kv_is_shared_by_the_same_computation(published: Daemon, model_dir: Path) -> None:
+    """fp8 KV (one scale per tensor, the checkpoint's) is served to an instance of the same
+    settings, byte for byte."""
+    fp8: dict[str, object] = {"kv_cache_dtype": "fp8_e4m3"}
+    prompt = [(i * 43 + 9) % 1000 for i in range(4 * BLOCK)] + [1]
+    p = Instance(model_dir, "fp8-w", published.socket, args=fp8)
+    c = Instance(model_dir, "fp8-r", published.socket, args=fp8)
+    try:
+        # vLLM keeps fp8 KV as bytes.
+        assert p.spec.dtype == torch.uint8 and p.spec.page_size_bytes == c.spec.page_size_bytes
+        assert p.start_of("w", prompt) == 0
+        assert p.worker.worker.wait_durable(10.0)
+        start, loaded, expected = c.loaded("r", prompt)
+        assert start == 4 * BLOCK
+        assert loaded == expected, "the bytes published"
+    finally:
+        c.close()
+        p.close()
 
 
 def test_another_page_order(published: Daemon, model_dir: Path) -> None:

@@ -5,7 +5,6 @@ copied out; every lease is given back."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -42,39 +41,39 @@ def test_external_tokens_are_the_boundary_minus_local_hits(daemon: Daemon, model
         p.close()
 
 
-@pytest.mark.parametrize("allocated", [False, True])
+MEMORIES = [
+    # (producer's memory, its layout, consumer's memory, its layout)
+    ("pool", "BLNHC", "pool", "LBNHC"),
+    ("allocate", "LBNHC", "allocate", "BLNHC"),
+    ("pool", "LBNHC", "allocate", "LBNHC"),
+    ("allocate", "BLNHC", "pool", "BLNHC"),
+]
+KIND = {"pool": "in place", "allocate": "staged"}
+
+
+@pytest.mark.parametrize(("pm", "pl", "cm", "cl"), MEMORIES)
 def test_loaded_pages_are_the_published_bytes(
-    daemon: Daemon, model_dir: Path, allocated: bool
+    daemon: Daemon, model_dir: Path, pm: str, pl: str, cm: str, cl: str
 ) -> None:
     """Byte-identical pages across placements (vLLM's default layer-outermost one and the
-    block-outermost one), over views of a buffer and over vLLM's own CPU allocation."""
-    k = int(allocated)
+    block-outermost one) and memories: vLLM's views over a host pool the package mapped
+    (registered in place: the daemon copies straight into and out of them) and vLLM's own CPU
+    allocation (staged)."""
+    k = MEMORIES.index((pm, pl, cm, cl))
     prompt = [(i * 53 + 7 + k) % 1000 for i in range(4 * BLOCK)] + [5]
-    layouts = ("LBNHC", "BLNHC") if allocated else ("BLNHC", "LBNHC")
-    p = Instance(model_dir, f"writer-{k}", daemon.socket, layout=layouts[0], allocate=allocated)
-    c = Instance(model_dir, f"reader-{k}", daemon.socket, layout=layouts[1], allocate=allocated)
+    p = Instance(model_dir, f"writer-{k}", daemon.socket, layout=pl, memory=pm)
+    c = Instance(model_dir, f"reader-{k}", daemon.socket, layout=cl, memory=cm)
+    assert p.worker.worker.memory.kind == KIND[pm]
+    assert c.worker.worker.memory.kind == KIND[cm]
     try:
         p.request("w", prompt)
         p.run()
         durable(p)
-        r = c.request("probe", prompt)
-        hashes = [bytes(h) for h in r.block_hashes]
-        start, loaded = 0, {}
-        deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline:
-            so = c.step()
-            new = [x for x in so.scheduled_new_reqs if x.req_id == "probe"]
-            if new:
-                start = new[0].num_computed_tokens
-                blocks = c.scheduler.kv_cache_manager.get_block_ids("probe")[0]
-                loaded = {i: c.page(b) for i, b in enumerate(blocks[: start // BLOCK])}
-                break
-        c.run()
+        start, loaded, expected = c.loaded("probe", prompt)
         assert start == 4 * BLOCK, "all four blocks loaded"
-        for i in range(4):
-            assert loaded[i] == c.expected(hashes[i]), f"block {i}: the bytes published"
+        assert loaded == expected, "the bytes published"
         # vLLM's stats path carries what moved.
-        page = len(c.expected(hashes[0]))
+        page = len(expected[0])
         assert sum(r.get("loaded_bytes", 0) for r in c.reported) == 4 * page
         assert sum(r.get("published_bytes", 0) for r in p.reported) >= 4 * page
         assert c.connector.scheduler.stats["hit_tokens"] == 4 * BLOCK

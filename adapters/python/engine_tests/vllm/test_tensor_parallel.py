@@ -47,7 +47,7 @@ def test_pipeline_stages_publish_and_load_their_own_layers(daemon: Daemon, model
         assert all(w.worker.wait_durable(10.0) for w in writer.workers)
         assert reader.start_of("r", prompt(3)) == 4 * BLOCK
         for w in reader.workers:
-            assert len(w.worker.layers) == 1, "one layer per stage"
+            assert len(w.worker.memory.layers) == 1, "one layer per stage"
             assert w.worker.stats["loaded_bytes"] == 4 * w.worker.shape.layer_bytes
     finally:
         writer.close()

@@ -346,6 +346,9 @@ class Connection:
     def register_engine_memory_pool(
         self, token: bytes, states: HostPool, memory_fd: int, offset: int
     ) -> int: ...
+    def register_device_pool(
+        self, token: bytes, states: HostPool, device: int, ipc_handle: bytes, offset: int
+    ) -> int: ...
     def submit_query(
         self, token: bytes, epoch: int, origin: int, end: int, groups: _GroupHashes
     ) -> int: ...

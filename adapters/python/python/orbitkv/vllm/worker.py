@@ -1,15 +1,13 @@
 """The worker side: its rank's pool, the loads the scheduler's leases prove (before the forward
 pass) and the publishes of the blocks each step filled (after it).
 
-KV caches in ordinary CPU memory are staged through a host pool this rank owns: one copy each
-way, between vLLM's page (every layer of the rank's stage) and the pool page of the same index.
-A pool page gets a new generation before each copy into it, so a late daemon copy never lands in
-a page reused since."""
+The pool is vLLM's own KV memory where the daemon can reach it, else a staging copy
+(`orbitkv.vllm.pages`). A page gets a new generation before each copy into it or out of it, so
+a late daemon copy never lands in a page reused since."""
 
 from __future__ import annotations
 
 import logging
-import mmap
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orbitkv
 from orbitkv.vllm import weights
 from orbitkv.vllm.metadata import OrbitKVMetadata
+from orbitkv.vllm.pages import POOL, Fence, PageMemory, StagedMemory, page_memory
 from orbitkv.vllm.session import Registration, Session
 from orbitkv.vllm.settings import (
     GROUP,
@@ -35,12 +34,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("orbitkv.vllm")
 
-# The staging pool's id.
-POOL = 1
 # How long a step's Load may take before its pages count as failed (vLLM recomputes them).
 LOAD_WAIT = 30.0
 # How long a preemption waits for publishes still being copied out of its blocks.
 COPIED_WAIT = 30.0
+
+
+# One page of a Publish: group, rank, hash, parent, start, end, pool, block, generation.
+PublishPage = tuple[int, int, bytes, bytes, int, int, int, int, int]
 
 
 @dataclass
@@ -48,6 +49,15 @@ class Published:
     """A Publish in flight: its request id with the daemon and the vLLM requests it serves."""
 
     request_id: int
+    requests: set[str]
+
+
+@dataclass
+class Pending:
+    """A Publish waiting for the step that wrote its blocks to finish on the device."""
+
+    fence: Fence
+    pages: list[PublishPage]
     requests: set[str]
 
 
@@ -70,10 +80,7 @@ class WorkerSide:
             raise RuntimeError("page_shape refuses a missing KV cache configuration")
         self.num_blocks = int(kv_cache_config.num_blocks)
         self.layer_names: list[str] = list(kv_cache_config.kv_cache_groups[0].layer_names)
-        self.layers: list[torch.Tensor] = []
-        self.pool: orbitkv.HostPool | None = None
-        self.pages: torch.Tensor | None = None
-        self._map: mmap.mmap | None = None
+        self.memory: PageMemory | None = None
         self.pool_ready = False
         self.session = Session(
             settings.socket,
@@ -91,6 +98,7 @@ class WorkerSide:
             ),
             on_seal=self._register_pool,
         )
+        self.pending: list[Pending] = []
         self.in_flight: list[Published] = []
         # Publishes copied out, waiting for their PublishDurable.
         self.durable_wait: list[Published] = []
@@ -105,40 +113,32 @@ class WorkerSide:
     # -- the pool ----------------------------------------------------------------------------
 
     def register(self, kv_caches: dict[str, torch.Tensor]) -> None:
-        """vLLM's per-layer views (this rank's stage): a staging pool of as many pages."""
-        import torch
-
+        """vLLM's per-layer views (this rank's stage): its pool, in place or staged."""
         names = [n for n in self.layer_names if n in kv_caches] or list(kv_caches)
-        self.layers = [kv_caches[n] for n in names]
-        lb = self.shape.layer_bytes
-        page = lb * len(self.layers)
-        spec = orbitkv.PoolSpec(
-            pool=POOL,
-            page_bytes=page,
-            pages=self.num_blocks,
-            groups=[
-                orbitkv.GroupGeometry.packed(
-                    group=GROUP,
-                    layers=len(self.layers),
-                    offset=0,
-                    layer_stride=lb,
-                    layer_bytes=lb,
-                    page_bytes=page,
-                )
-            ],
-        )
-        self.pool = orbitkv.HostPool(spec)
-        size = self.pool.data_offset + page * self.num_blocks
-        self._map = mmap.mmap(self.pool.fd, size)
-        data = torch.frombuffer(self._map, dtype=torch.uint8)
-        self.pages = data[self.pool.data_offset :].view(self.num_blocks, len(self.layers), lb)
+        layers = [kv_caches[n] for n in names]
+        self.memory = page_memory(layers, GROUP, self.shape.layer_bytes, self.num_blocks)
+        log.info("OrbitKV: rank %d's pool is %s", self.rank, self.memory.kind)
         self.session.sealed()
+
+    @property
+    def pool(self) -> orbitkv.HostPool | None:
+        """The pool's state words (every page's generation and leases)."""
+        return self.memory.states if self.memory is not None else None
 
     def _register_pool(self, conn: orbitkv.Connection, seal: orbitkv.Sealed) -> None:
         self.pool_ready = False
-        if self.pool is None:
+        m = self.memory
+        if m is None:
             return
-        conn.register_pool(seal.token, self.pool)
+        try:
+            m.register(conn, seal.token)
+        except orbitkv.RefusedError as e:
+            if m.kind != "device":
+                raise
+            # A daemon without the CUDA backend, driver or device: stage instead.
+            log.warning("OrbitKV: the daemon refused the device pool (%s); staging instead", e)
+            self.memory = m = StagedMemory(m.layers, GROUP, self.shape.layer_bytes, self.num_blocks)
+            m.register(conn, seal.token)
         self.pool_ready = True
 
     def _live(self) -> tuple[orbitkv.Connection, orbitkv.Sealed] | None:
@@ -161,28 +161,6 @@ class WorkerSide:
         log.warning("OrbitKV: pool page %d stays leased; its block is skipped", block)
         return None
 
-    def _page_bytes(self, layer: torch.Tensor, block: int) -> torch.Tensor:
-        """Layer `layer`'s page `block` in memory order (one run: the layouts mapped)."""
-        x = layer[block]
-        order = sorted(range(x.dim()), key=lambda d: -x.stride(d))
-        return x.permute(order)
-
-    def _to_pool(self, block: int) -> None:
-        import torch
-
-        if self.pages is None:
-            raise RuntimeError("no pool: register_kv_caches has not run")
-        for i, layer in enumerate(self.layers):
-            src = self._page_bytes(layer, block).contiguous().view(torch.uint8).reshape(-1)
-            self.pages[block, i].copy_(src)
-
-    def _from_pool(self, block: int) -> None:
-        if self.pages is None:
-            raise RuntimeError("no pool: register_kv_caches has not run")
-        for i, layer in enumerate(self.layers):
-            dst = self._page_bytes(layer, block)
-            dst.copy_(self.pages[block, i].view(layer.dtype).view(dst.shape))
-
     # -- vLLM's worker calls -------------------------------------------------------------------
 
     def load(self, meta: OrbitKVMetadata) -> None:
@@ -194,7 +172,7 @@ class WorkerSide:
                 continue
             live = self._live()
             # Records of the weights this instance started with are not its KV any more.
-            if live is None or self.pool is None or weights.changed():
+            if live is None or self.memory is None or weights.changed():
                 self.load_errors.update(block for _, block, _ in mine)
                 self.stats.add("load_failures", len(mine))
                 continue
@@ -207,7 +185,7 @@ class WorkerSide:
                     self.stats.add("load_failures")
                     continue
                 staged.append((index, block, rank))
-                pages.append((index, GROUP, rank, POOL, block, generation, 0, len(self.layers)))
+                pages.append((index, GROUP, rank, POOL, block, generation, 0, self._layers))
             mine = staged
             if not pages:
                 continue
@@ -224,48 +202,76 @@ class WorkerSide:
                 continue
             for (_, block, _), status in zip(mine, statuses.statuses, strict=False):
                 if status == "ok":
-                    self._from_pool(block)
-                    self.stats.add("loaded_bytes", self.shape.layer_bytes * len(self.layers))
+                    self.memory.after_load(block)
+                    self.stats.add("loaded_bytes", self.shape.layer_bytes * self._layers)
                 else:
                     self.load_errors.add(block)
                     self.stats.add("load_failures")
                     self.stats.add(f"load_{status}")
 
     def save(self, meta: OrbitKVMetadata) -> None:
-        """The step's publishes, once its forward pass has written the blocks."""
+        """The step's publishes, once its forward pass has written the blocks: at once for
+        host memory, after the step's CUDA event for device memory (with async scheduling
+        the step may still run)."""
         if not meta.publishes:
             self._poll()
             return
         requests = {p.request for p in meta.publishes}
         self.had_publish.update(requests)
+        # Taken after `_live`: a registration on reconnect may replace the memory.
         live = self._live()
-        if live is None or self.pool is None or weights.changed():
+        m = self.memory
+        if live is None or m is None or weights.changed():
             self._poll()
             return
-        conn, seal = live
         pages = []
         for p in meta.publishes:
             generation = self._fresh(p.block)
             if generation is None:
                 continue
-            self._to_pool(p.block)
+            m.before_publish(p.block)
             pages.append(
                 (GROUP, self.rank, p.hash, p.parent, p.start, p.end, POOL, p.block, generation)
             )
         if not pages:
             return
+        fence = m.fence()
+        if fence is None:
+            self._submit(pages, requests)
+        else:
+            self.pending.append(Pending(fence, pages, requests))
+        self._poll()
+
+    def _submit(self, pages: list[PublishPage], requests: set[str]) -> None:
+        live = self._live()
+        if live is None:
+            return
+        conn, seal = live
         try:
             rid = conn.submit_publish(seal.token, seal.epoch, pages)
         except orbitkv.OrbitKVError as e:
             self.session.lost(str(e))
             return
         self.in_flight.append(Published(rid, requests))
-        self.stats.add("published_bytes", len(pages) * self.shape.layer_bytes * len(self.layers))
-        self._poll()
+        self.stats.add("published_bytes", len(pages) * self.shape.layer_bytes * self._layers)
+
+    def _flush(self, wait: bool) -> None:
+        """Sends the pending publishes whose step has finished (with `wait`, all of them)."""
+        still = []
+        for p in self.pending:
+            if wait:
+                p.fence.synchronize()
+            if wait or p.fence.query():
+                self._submit(p.pages, p.requests)
+            else:
+                still.append(p)
+        self.pending = still
 
     def _poll(self, timeout: float = 0.0) -> None:
-        """Takes the PublishCopied replies that have come (waiting up to `timeout` for all),
-        and the PublishDurable replies that have come."""
+        """Sends the publishes whose step has finished (waiting for them all when `timeout` is
+        not 0), takes the PublishCopied replies that have come (waiting up to `timeout` for
+        all), and the PublishDurable replies that have come."""
+        self._flush(wait=timeout > 0)
         self.in_flight, copied = self._replies(self.in_flight, timeout)
         self.durable_wait += [p for p, _ in copied]
         self.durable_wait, durable = self._replies(self.durable_wait, 0.0)
@@ -276,7 +282,7 @@ class WorkerSide:
         self._poll(timeout)
         self.durable_wait, durable = self._replies(self.durable_wait, timeout)
         self._count(durable)
-        return not self.in_flight and not self.durable_wait
+        return not self.pending and not self.in_flight and not self.durable_wait
 
     def _count(self, durable: list[tuple[Published, Any]]) -> None:
         for _, reply in durable:
@@ -314,14 +320,23 @@ class WorkerSide:
 
     def preempted(self, meta: OrbitKVMetadata) -> None:
         """vLLM frees a preempted request's blocks at once: their copies must be out first."""
-        if any(p.requests & meta.preempted for p in self.in_flight):
+        if self._busy() & meta.preempted:
             self._poll(COPIED_WAIT)
+
+    def _busy(self) -> set[str]:
+        """Requests with a publish not yet copied out of their blocks."""
+        busy: set[str] = set()
+        for p in self.pending:
+            busy |= p.requests
+        for q in self.in_flight:
+            busy |= q.requests
+        return busy
 
     def finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         """Requests whose blocks may be freed: every publish of theirs copied out."""
         self.finished_waiting |= finished_req_ids & self.had_publish
         self._poll()
-        busy = set().union(*(p.requests for p in self.in_flight)) if self.in_flight else set()
+        busy = self._busy()
         done = {r for r in self.finished_waiting if r not in busy}
         self.finished_waiting -= done
         self.had_publish -= done
@@ -331,8 +346,10 @@ class WorkerSide:
         errors, self.load_errors = self.load_errors, set()
         return errors
 
+    @property
+    def _layers(self) -> int:
+        return len(self.memory.layers) if self.memory is not None else 0
+
     def close(self) -> None:
         self.session.close()
-        if self._map is not None:
-            self.pages = None
-            self._map = None
+        self.memory = None

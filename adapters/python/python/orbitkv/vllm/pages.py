@@ -1,0 +1,266 @@
+"""Where the daemon copies one rank's pages from and into.
+
+vLLM's own KV memory is registered in place when the daemon can reach it: a CUDA allocation by
+its IPC handle (a device pool), or host memory inside a pool the package mapped (`orbitkv.mapped`).
+Anything else (ordinary CPU tensors, a daemon without the CUDA backend) is staged through a host
+pool this rank owns: one copy each way, between vLLM's page and the pool page of the same index.
+Either way a states pool fences every page with its generation.
+
+Nothing here imports vLLM: a GPU check drives it with torch alone."""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import orbitkv
+from orbitkv.mapped import Mapping
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger("orbitkv.vllm")
+
+# The rank's pool id.
+POOL = 1
+
+
+class Fence(Protocol):
+    """The engine's writes issued so far (a CUDA event): done or not."""
+
+    def query(self) -> bool: ...
+    def synchronize(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where every layer's page of each block lies, from the address of layer 0's block 0."""
+
+    origin: int
+    geometry: orbitkv.GroupGeometry
+    spec: orbitkv.PoolSpec
+
+    @property
+    def span(self) -> int:
+        return self.spec.pages * self.spec.page_bytes
+
+
+def placement(
+    layers: list[torch.Tensor], group: int, layer_bytes: int, pages: int
+) -> Placement | None:
+    """The pool geometry of vLLM's per-layer views (each `[block, ...]`, a block's page one
+    run), or `None` when no geometry describes them (layers not equally spaced, or apart)."""
+    if not layers:
+        return None
+    sizes = {x.element_size() for x in layers}
+    strides = {x.stride(0) * x.element_size() for x in layers}
+    if len(sizes) != 1 or len(strides) != 1 or not all(_one_run(x, layer_bytes) for x in layers):
+        return None
+    page_stride = strides.pop()
+    starts = [x.data_ptr() for x in layers]
+    layer_stride = starts[1] - starts[0] if len(starts) > 1 else layer_bytes
+    if layer_stride <= 0 or any(a != starts[0] + i * layer_stride for i, a in enumerate(starts)):
+        return None
+    geometry = orbitkv.GroupGeometry(
+        group=group,
+        layers=len(layers),
+        offset=0,
+        page_stride=page_stride,
+        layer_stride=layer_stride,
+        layer_bytes=layer_bytes,
+    )
+    try:
+        spec = orbitkv.PoolSpec(
+            pool=POOL, page_bytes=layer_bytes * len(layers), pages=pages, groups=[geometry]
+        )
+    except orbitkv.OrbitKVError:
+        return None
+    return Placement(starts[0], geometry, spec)
+
+
+def _one_run(layer: torch.Tensor, layer_bytes: int) -> bool:
+    x = layer[0]
+    order = sorted(range(x.dim()), key=lambda d: -x.stride(d))
+    return bool(x.permute(order).is_contiguous()) and x.numel() * x.element_size() == layer_bytes
+
+
+def page_run(layer: torch.Tensor, block: int) -> torch.Tensor:
+    """Layer `layer`'s page `block` in memory order (one run: the layouts mapped)."""
+    x = layer[block]
+    order = sorted(range(x.dim()), key=lambda d: -x.stride(d))
+    return x.permute(order)
+
+
+class PageMemory:
+    """A rank's page memory as the daemon reaches it, fenced by `states`."""
+
+    kind = ""
+    layers: list[torch.Tensor]
+    states: orbitkv.HostPool
+
+    def register(self, conn: orbitkv.Connection, token: bytes) -> None:
+        raise NotImplementedError
+
+    def before_publish(self, block: int) -> None:
+        """Makes vLLM's block `block` what the daemon copies out (nothing when in place)."""
+
+    def after_load(self, block: int) -> None:
+        """Makes what the daemon loaded vLLM's block `block` (nothing when in place)."""
+
+    def fence(self) -> Fence | None:
+        """What a Publish of the blocks written so far must wait for; `None`: nothing."""
+        return None
+
+
+class StagedMemory(PageMemory):
+    """A host pool of this rank's own, one page per vLLM block, every layer packed; the copies
+    in and out are synchronous."""
+
+    kind = "staged"
+
+    def __init__(
+        self, layers: list[torch.Tensor], group: int, layer_bytes: int, pages: int
+    ) -> None:
+        import torch
+
+        self.layers = layers
+        page = layer_bytes * len(layers)
+        spec = orbitkv.PoolSpec(
+            pool=POOL,
+            page_bytes=page,
+            pages=pages,
+            groups=[
+                orbitkv.GroupGeometry.packed(
+                    group=group,
+                    layers=len(layers),
+                    offset=0,
+                    layer_stride=layer_bytes,
+                    layer_bytes=layer_bytes,
+                    page_bytes=page,
+                )
+            ],
+        )
+        self.states = orbitkv.HostPool(spec)
+        self._map = mmap.mmap(self.states.fd, self.states.data_offset + page * pages)
+        data = torch.frombuffer(self._map, dtype=torch.uint8)
+        self._pages = data[self.states.data_offset :].view(pages, len(layers), layer_bytes)
+
+    def register(self, conn: orbitkv.Connection, token: bytes) -> None:
+        conn.register_pool(token, self.states)
+
+    def before_publish(self, block: int) -> None:
+        import torch
+
+        for i, layer in enumerate(self.layers):
+            src = page_run(layer, block).contiguous().view(torch.uint8).reshape(-1)
+            self._pages[block, i].copy_(src)
+
+    def after_load(self, block: int) -> None:
+        for i, layer in enumerate(self.layers):
+            dst = page_run(layer, block)
+            dst.copy_(self._pages[block, i].view(layer.dtype).view(dst.shape))
+
+
+class InPlaceMemory(PageMemory):
+    """vLLM's pages inside a host pool the package mapped: registered as engine memory, the
+    daemon copying straight into and out of them."""
+
+    kind = "in place"
+
+    def __init__(
+        self, layers: list[torch.Tensor], where: Placement, found: tuple[Mapping, int]
+    ) -> None:
+        self.layers = layers
+        self.states = orbitkv.HostPool(where.spec, states_only=True)
+        self._region, self._offset = found
+
+    def register(self, conn: orbitkv.Connection, token: bytes) -> None:
+        conn.register_engine_memory_pool(token, self.states, self._region.pool.fd, self._offset)
+
+
+class DeviceMemory(PageMemory):
+    """vLLM's pages in one CUDA allocation: a device pool named by the allocation's IPC handle.
+    A Publish waits for the step's kernels (a CUDA event on the current stream): the daemon
+    copies on a stream of its own."""
+
+    kind = "device"
+
+    def __init__(
+        self, layers: list[torch.Tensor], where: Placement, device: int, handle: bytes, offset: int
+    ) -> None:
+        self.layers = layers
+        self.states = orbitkv.HostPool(where.spec, states_only=True)
+        self._device = device
+        self._handle = handle
+        self._offset = offset
+
+    def register(self, conn: orbitkv.Connection, token: bytes) -> None:
+        conn.register_device_pool(token, self.states, self._device, self._handle, self._offset)
+
+    def fence(self) -> Fence | None:
+        import torch
+
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.layers[0].device))
+        return event
+
+
+def ipc_handle(shared: bytes) -> bytes | None:
+    """The 64-byte `cuIpcMemHandle` in what torch's `_share_cuda_` returns: the handle itself,
+    or (torch ≥ 2.2) a version byte, `c` (a `cudaMalloc` segment), then the handle. `None` for
+    memory no IPC handle opens (`e`: an expandable segment)."""
+    if len(shared) == 64:
+        return shared
+    if len(shared) == 66 and shared[1:2] == b"c":
+        return shared[2:]
+    return None
+
+
+def daemon_ordinal(index: int) -> int | None:
+    """The ordinal of this process's CUDA device `index` among all devices (as a daemon that
+    sees every device numbers it), through `CUDA_VISIBLE_DEVICES`; `None` when that names
+    devices by UUID."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or not visible.strip():
+        return index
+    names = [v.strip() for v in visible.split(",")]
+    if index >= len(names) or not names[index].isdigit():
+        return None
+    return int(names[index])
+
+
+def page_memory(layers: list[torch.Tensor], group: int, layer_bytes: int, pages: int) -> PageMemory:
+    """vLLM's memory registered in place when the daemon can reach it, else staged."""
+    where = placement(layers, group, layer_bytes, pages)
+    why = "the layers' pages follow no one geometry"
+    if where is not None and layers[0].is_cuda:
+        memory = _on_device(layers, where)
+        if isinstance(memory, PageMemory):
+            return memory
+        why = memory
+    elif where is not None:
+        found = orbitkv.mapped.find(where.origin, where.span)
+        if found is not None:
+            return InPlaceMemory(layers, where, found)
+        why = "the KV caches are not inside a host pool the package mapped"
+    log.info("OrbitKV: KV pages staged through a host pool (%s)", why)
+    return StagedMemory(layers, group, layer_bytes, pages)
+
+
+def _on_device(layers: list[torch.Tensor], where: Placement) -> DeviceMemory | str:
+    """A device pool over vLLM's CUDA allocation, or why there is none."""
+    storage = layers[0].untyped_storage()
+    if any(x.untyped_storage().data_ptr() != storage.data_ptr() for x in layers):
+        return "the layers lie in several CUDA allocations"
+    shared = storage._share_cuda_()  # type: ignore[attr-defined]
+    handle = ipc_handle(bytes(shared[1]))
+    if handle is None:
+        return "the KV memory is an expandable segment, which no IPC handle opens"
+    device = daemon_ordinal(layers[0].device.index or 0)
+    if device is None:
+        return "CUDA_VISIBLE_DEVICES names devices by UUID"
+    offset = int(shared[3]) + where.origin - storage.data_ptr()
+    return DeviceMemory(layers, where, device, handle, offset)
