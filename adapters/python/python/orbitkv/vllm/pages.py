@@ -237,7 +237,10 @@ def page_memory(layers: list[torch.Tensor], group: int, layer_bytes: int, pages:
     where = placement(layers, group, layer_bytes, pages)
     why = "the layers' pages follow no one geometry"
     if where is not None and layers[0].is_cuda:
-        memory = _on_device(layers, where)
+        try:
+            memory: DeviceMemory | str = _on_device(layers, where)
+        except Exception as e:  # torch refusing to share: staged, never a failed start
+            memory = f"torch could not export the KV memory ({e})"
         if isinstance(memory, PageMemory):
             return memory
         why = memory

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orbitkv
+from orbitkv.session import Registration, Session
 from orbitkv.vllm.metadata import LoadSpec, OrbitKVMetadata, PublishSpec
-from orbitkv.vllm.session import Registration, Session
 from orbitkv.vllm.settings import (
     GROUP,
     PageShape,
@@ -100,6 +100,7 @@ class SchedulerSide:
             domain=self.s.domain,
             model=self.s.model,
             revision=self.s.revision,
+            client="orbitkv-vllm",
         )
         self.session = Session(self.s.socket, reg)
         # The workers registered before they answered the handshake: the seal comes now, at

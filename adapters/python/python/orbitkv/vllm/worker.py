@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orbitkv
+from orbitkv.session import Registration, Session
 from orbitkv.vllm import weights
 from orbitkv.vllm.metadata import OrbitKVMetadata
 from orbitkv.vllm.pages import POOL, Fence, PageMemory, StagedMemory, page_memory
-from orbitkv.vllm.session import Registration, Session
 from orbitkv.vllm.settings import (
     GROUP,
     PageShape,
@@ -95,6 +95,7 @@ class WorkerSide:
                 model=settings.model,
                 revision=settings.revision,
                 formats=(state_format(settings, self.shape, rank, attention_backend).encode(),),
+                client="orbitkv-vllm",
             ),
             on_seal=self._register_pool,
         )

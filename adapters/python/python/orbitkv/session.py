@@ -1,5 +1,6 @@
-"""One rank's registration with the daemon, never blocking vLLM's step: the register is
-submitted, its seal polled, and a lost daemon reconnected to after a back-off."""
+"""One rank's registration with the daemon, never blocking the engine: the register is
+submitted, its seal polled, and a lost daemon reconnected to after a back-off. The engine
+adapters (`orbitkv.vllm`, `orbitkv.sglang`) hold one per rank."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Literal
 
 import orbitkv
 
-log = logging.getLogger("orbitkv.vllm")
+log = logging.getLogger("orbitkv")
 
 # Seconds between attempts to reach a daemon that is away, at most.
 RETRY_MAX = 5.0
@@ -32,6 +33,10 @@ class Registration:
     model: str
     revision: str | None
     formats: tuple[bytes, ...] = ()
+    # An instance whose ranks are all workers (SGLang).
+    no_scheduler: bool = False
+    # The client name the daemon logs.
+    client: str = "orbitkv-python"
 
 
 class Session:
@@ -62,7 +67,7 @@ class Session:
             return None
         try:
             if self.conn is None:
-                self.conn = orbitkv.Connection(self.socket, client="orbitkv-vllm")
+                self.conn = orbitkv.Connection(self.socket, client=self.registration.client)
             if self._pending is None:
                 r = self.registration
                 self._pending = self.conn.submit_register(
@@ -78,6 +83,7 @@ class Session:
                     model=r.model,
                     revision=r.revision or "",
                     scope=r.identity.scope or "",
+                    no_scheduler=r.no_scheduler,
                 )
             try:
                 reply = (

@@ -1,0 +1,210 @@
+"""An SGLang server rank on CPU made of SGLang's real parts: its server arguments published to
+the runtime context, a device KV pool, the HiCache host pool in shared memory (`allocator: shm`)
+and the storage backend `StorageBackendFactory` loads from `orbitkv.sglang` (the `dynamic`
+backend), registered with the host pool as SGLang's cache controller does."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orbitkv
+import torch
+from orbitkv.sglang import storage
+from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig, HiCacheStorageExtraInfo
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
+from sglang.srt.mem_cache.storage import StorageBackendFactory
+from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+
+PAGE = 16
+LAYERS, HEADS, HEAD = 2, 2, 32
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Byte equality (KV bytes derived from hashes hold NaNs, which `torch.equal` tells apart)."""
+    return a.shape == b.shape and bytes(a.contiguous().view(torch.uint8).numpy()) == bytes(
+        b.contiguous().view(torch.uint8).numpy()
+    )
+
+
+def extra_config(socket: str, instance: str, **more: object) -> dict[str, object]:
+    config: dict[str, object] = {
+        "backend_name": "orbitkv",
+        "module_path": "orbitkv.sglang",
+        "class_name": "OrbitKVStorage",
+        "interface_v1": 1,
+        "allocator": "shm",
+        "hicache_storage_pass_prefix_keys": True,
+        "socket": socket,
+        "instance": instance,
+    }
+    config.update(more)
+    return config
+
+
+@dataclass
+class Rank:
+    """One tensor-parallel rank of a server: its device and host pools and its backend."""
+
+    model: Path
+    instance: str
+    socket: str
+    layout: str = "page_first"
+    # Host pool size as a multiple of the device pool's (SGLang's --hicache-ratio).
+    ratio: float = 2.0
+    dtype: str = "bfloat16"
+    page: int = PAGE
+    tp: int = 1
+    tp_rank: int = 0
+    args: dict[str, object] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        extra = extra_config(self.socket, self.instance, **self.extra)
+        server = ServerArgs(
+            model_path=str(self.model),
+            device="cpu",
+            skip_tokenizer_init=True,
+            page_size=self.page,
+            dtype=self.dtype,
+            tp_size=self.tp,
+            enable_hierarchical_cache=True,
+            hicache_mem_layout=self.layout,
+            hicache_storage_backend="dynamic",
+            hicache_storage_backend_extra_config=json.dumps(extra),
+            **self.args,
+        )
+        set_global_server_args_for_scheduler(server)
+        torch_dtype = getattr(torch, self.dtype)
+        self.device = MHATokenToKVPool(
+            size=256,
+            page_size=self.page,
+            dtype=torch_dtype,
+            head_num=HEADS // self.tp,
+            head_dim=HEAD,
+            layer_num=LAYERS,
+            device="cpu",
+            enable_memory_saver=False,
+            enable_alt_stream=False,
+        )
+        self.host = MHATokenToKVPoolHost(
+            self.device.get_device_pool_infos()[0].buffer_info,
+            self.ratio,
+            0,
+            self.page,
+            self.layout,
+            pin_memory=False,
+            device="cpu",
+            allocator_type="shm",
+            device_capacity_tokens=self.device.size,
+            start_layer=self.device.start_layer,
+            end_layer=self.device.end_layer,
+        )
+        config = HiCacheStorageConfig(
+            tp_rank=self.tp_rank,
+            tp_size=self.tp,
+            pp_rank=0,
+            pp_size=1,
+            attn_cp_rank=0,
+            attn_cp_size=1,
+            is_mla_model=False,
+            enable_storage_metrics=False,
+            is_page_first_layout=self.layout.startswith("page_first"),
+            model_name=self.model.name,
+            extra_config=dict(extra),
+        )
+        self.backend = StorageBackendFactory.create_backend("dynamic", config, self.host)
+        self.backend.register_mem_pool_host(self.host)
+
+    def sealed(self, wait: float) -> bool:
+        session = self.backend.session
+        return session is not None and session.sealed(wait=wait) is not None
+
+    def keys(self, tokens: list[int]) -> list[str]:
+        """SGLang's page hashes of `tokens` (bit-exact with `get_hash_str`), hex."""
+        return [h.hex() for h in orbitkv.sglang_page_hashes(tokens, self.page)]
+
+    def alloc(self, pages: int) -> torch.Tensor:
+        idx = self.host.alloc(pages * self.page)
+        assert idx is not None, "host pool full"
+        return idx
+
+    def kv(self, idx: torch.Tensor) -> torch.Tensor:
+        """The K and V of the token slots `idx`, every layer: `[2, layer, token, head, dim]`."""
+        h, kv = self.host, self.host.kv_buffer
+        if self.layout == "page_first":
+            return kv[:, idx].permute(0, 2, 1, 3, 4).clone()
+        if self.layout == "layer_first":
+            return kv[:, :, idx].clone()
+        pages = idx[:: self.page] // self.page
+        if self.layout == "page_first_direct":  # [2, page, layer, token, head, dim]
+            x = kv[:, pages].permute(0, 2, 1, 3, 4, 5)
+        else:  # page_head: [2, page, head, token, layer, dim]
+            x = kv[:, pages].permute(0, 4, 1, 3, 2, 5)
+        return x.reshape(2, h.layer_num, len(idx), h.head_num, h.head_dim).clone()
+
+    def fill(self, idx: torch.Tensor, seed: bytes) -> torch.Tensor:
+        """Writes bytes derived from `seed` into the slots `idx`; returns them as `kv` does."""
+        h = self.host
+        shape = (2, h.layer_num, len(idx), h.head_num, h.head_dim)
+        n = 2 * h.layer_num * len(idx) * h.head_num * h.head_dim * h.dtype.itemsize
+        data = hashlib.shake_256(seed).digest(n)
+        src = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(h.dtype).view(shape)
+        kv = h.kv_buffer
+        if self.layout == "page_first":
+            kv[:, idx] = src.permute(0, 2, 1, 3, 4)
+        elif self.layout == "layer_first":
+            kv[:, :, idx] = src
+        else:
+            pages = idx[:: self.page] // self.page
+            x = src.view(2, h.layer_num, len(pages), self.page, h.head_num, h.head_dim)
+            if self.layout == "page_first_direct":
+                kv[:, pages] = x.permute(0, 2, 1, 3, 4, 5)
+            else:
+                kv[:, pages] = x.permute(0, 2, 4, 3, 1, 5)
+        return src.clone()
+
+    def publish(self, tokens: list[int], seed: bytes = b"") -> tuple[list[str], torch.Tensor]:
+        """Writes and stores every full page of `tokens` from the root: (keys, the bytes)."""
+        keys = self.keys(tokens)
+        idx = self.alloc(len(keys))
+        data = self.fill(idx, seed + bytes(json.dumps(tokens[:4]), "ascii"))
+        assert self.backend.batch_set_v1(keys, idx, HiCacheStorageExtraInfo(prefix_keys=[])) == [
+            True
+        ] * len(keys)
+        self.host.free(idx)
+        assert self.backend.wait_durable(10.0)
+        return keys, data
+
+    def exists(self, keys: list[str], prefix: list[str] | None = None) -> int:
+        return int(self.backend.batch_exists(keys, HiCacheStorageExtraInfo(prefix_keys=prefix)))
+
+    def get(
+        self, keys: list[str], prefix: list[str] | None = None
+    ) -> tuple[list[bool], torch.Tensor]:
+        idx = self.alloc(len(keys))
+        self.host.kv_buffer.zero_()
+        done = self.backend.batch_get_v1(
+            keys, idx, HiCacheStorageExtraInfo(prefix_keys=prefix or [])
+        )
+        out = self.kv(idx)
+        self.host.free(idx)
+        return done, out
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+def tensor_parallel(model: Path, name: str, socket: str, tp: int, **kw: object) -> list[Rank]:
+    """The `tp` ranks of one server, registered together (as SGLang's rank processes start
+    side by side), each sealed."""
+    wait, storage.SEAL_WAIT = storage.SEAL_WAIT, 0.0
+    try:
+        ranks = [Rank(model, name, socket, tp=tp, tp_rank=r, **kw) for r in range(tp)]  # type: ignore[arg-type]
+    finally:
+        storage.SEAL_WAIT = wait
+    assert all(r.sealed(wait=10.0) for r in ranks)
+    return ranks

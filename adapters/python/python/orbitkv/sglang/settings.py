@@ -1,0 +1,291 @@
+"""What the backend reads from SGLang at start-up: the refusals (each one line saying why and
+what to change), the identity inputs, the rank, and the state format and pool geometry of the
+host pool's pages. Nothing here is read per page."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orbitkv
+from orbitkv.naming import sglang_instance
+
+if TYPE_CHECKING:
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
+    from sglang.srt.mem_cache.pool_host.base import HostKVCache
+
+# The group OrbitKV keys an MHA model's KV pages under, and the pool's id.
+GROUP = 0
+POOL = 1
+DOMAIN = "sglang/sha256"
+
+# Host layouts mapped: the order of a record's axes (outermost first) and whether every layer
+# lies inside one run of a page.
+_RECORD_ORDER = {
+    "page_first": (("kv_split", "token", "layer", "kv_head", "head_dim"), True),
+    "page_head": (("kv_split", "kv_head", "token", "layer", "head_dim"), True),
+    "layer_first": (("layer", "kv_split", "token", "kv_head", "head_dim"), False),
+    "page_first_direct": (("layer", "kv_split", "token", "kv_head", "head_dim"), False),
+}
+
+
+class StartupRefused(ValueError):
+    """The backend cannot serve this configuration: one line says why and what to change."""
+
+
+def _refuse(why: str, change: str) -> StartupRefused:
+    return StartupRefused(f"OrbitKVStorage: {why}; {change}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The backend's view of one SGLang server rank, resolved once at start-up."""
+
+    instance: str
+    socket: str | None
+    model: str
+    revision: str | None
+    release: str
+    dtype: str
+    kv_cache_dtype: str
+    quantization: str
+    attention_backend: str
+    page_size: int
+    overrides: str
+    weight_version: str
+    tensor: int
+    pipeline: int
+    tp_rank: int
+    pp_rank: int
+
+    @property
+    def workers(self) -> int:
+        return self.tensor * self.pipeline
+
+    @property
+    def rank(self) -> int:
+        """This rank: pp_rank · tp + tp_rank."""
+        return self.pp_rank * self.tensor + self.tp_rank
+
+
+def weight_version() -> str:
+    """The weight version SGLang's runtime context holds now."""
+    from sglang.srt.runtime_context import get_serving
+
+    return str(get_serving().weight_version)
+
+
+def settings_from(config: HiCacheStorageConfig) -> Settings:
+    """The rank's settings, or `StartupRefused` for a configuration it cannot serve."""
+    from sglang.srt.runtime_context import (
+        get_exec,
+        get_memory,
+        get_model,
+        get_schedule,
+        get_serving,
+    )
+    from sglang.version import __version__
+
+    extra: dict[str, Any] = dict(config.extra_config or {})
+    raw = get_memory().hicache_storage_backend_extra_config
+    passed = json.loads(raw) if isinstance(raw, str) and raw else {}
+    if not passed.get("hicache_storage_pass_prefix_keys"):
+        raise _refuse(
+            "SGLang does not pass the page hashes before a call's keys, without which a page's "
+            "token position is unknown",
+            'add "hicache_storage_pass_prefix_keys": true to '
+            "--hicache-storage-backend-extra-config",
+        )
+    if int(extra.get("interface_v1", 0)) != 1:
+        raise _refuse(
+            "the v1 storage calls (zero-copy host pages) are not selected",
+            'add "interface_v1": 1 to --hicache-storage-backend-extra-config',
+        )
+    if config.is_mla_model:
+        raise _refuse("MLA models are not mapped yet", "run without the OrbitKV backend")
+    if config.attn_cp_size > 1 or config.dcp_size > 1:
+        raise _refuse(
+            "context parallelism shards a page's tokens across ranks, which is not mapped yet",
+            "run without attention context parallelism",
+        )
+    socket = extra.get("socket")
+    if socket is not None and not isinstance(socket, str):
+        raise _refuse(f"extra config `socket` is {socket!r}", "give a path")
+    model = get_model()
+    port = int(getattr(get_serving(), "port", 0) or 0)
+    return Settings(
+        instance=sglang_instance(extra, port, int(config.dp_rank)),
+        socket=socket,
+        model=str(model.model_path),
+        revision=model.revision,
+        release=str(__version__),
+        dtype=str(model.dtype).removeprefix("torch."),
+        kv_cache_dtype=str(model.kv_cache_dtype),
+        quantization=str(model.quantization or "none"),
+        attention_backend=str(get_exec().kernel.attention_backend),
+        page_size=int(get_schedule().page_size),
+        overrides=str(model.json_model_override_args or "{}"),
+        weight_version=weight_version(),
+        tensor=int(config.tp_size),
+        pipeline=int(config.pp_size),
+        tp_rank=int(config.tp_rank),
+        pp_rank=int(config.pp_rank),
+    )
+
+
+@dataclass(frozen=True)
+class HostPages:
+    """The host pool's pages as the daemon reaches them: the memfd, the geometry of its KV
+    pages from the memfd's byte 0, and the record's byte order."""
+
+    fd: int
+    spec: orbitkv.PoolSpec
+    layers: int
+    layout: str
+    axes: list[tuple[Any, int, int]]
+    kv_heads: int
+    head_size_k: int
+    head_size_v: int
+    dtype: str
+    page_bytes: int
+
+
+def host_pages(host: HostKVCache) -> HostPages:
+    """The geometry of an MHA host pool's pages, or `StartupRefused`."""
+    layout = str(host.layout)
+    if layout not in _RECORD_ORDER:
+        raise _refuse(
+            f"the host layout {layout} is not mapped",
+            "use --hicache-mem-layout page_first (the default), page_first_direct, page_head "
+            "or layer_first",
+        )
+    fd = getattr(getattr(host, "allocator", None), "fd", None)
+    if not isinstance(fd, int):
+        raise _refuse(
+            "the host pool is not shared memory the daemon can map",
+            'add "allocator": "shm" to --hicache-storage-backend-extra-config',
+        )
+    kv = host.kv_buffer
+    if kv.dim() < 2 or kv.shape[0] != 2 or not kv.is_contiguous():
+        raise _refuse(f"a host KV buffer of shape {tuple(kv.shape)} is not mapped", "use MHA")
+    e = kv.element_size()
+    layers, heads, dk, dv = (
+        int(host.layer_num),
+        int(host.head_num),
+        int(host.head_dim),
+        int(host.v_head_dim),
+    )
+    if dk != dv:
+        raise _refuse("K and V heads of different sizes are not mapped yet", "use MHA")
+    ps, slots = int(host.page_size), int(host.size)
+    run = ps * heads * dk * e  # one layer's K (or V) of one page
+    part = kv[0].numel() * e  # from K to V
+    order, inside = _RECORD_ORDER[layout]
+    if inside:
+        geometry = orbitkv.GroupGeometry(
+            group=GROUP,
+            layers=layers,
+            offset=0,
+            page_stride=layers * run,
+            layer_stride=0,
+            layer_bytes=2 * run,
+            parts=2,
+            part_stride=part,
+            layers_inside=True,
+        )
+    else:
+        geometry = orbitkv.GroupGeometry(
+            group=GROUP,
+            layers=layers,
+            offset=0,
+            page_stride=run if layout == "layer_first" else layers * run,
+            layer_stride=slots * heads * dk * e if layout == "layer_first" else run,
+            layer_bytes=2 * run,
+            parts=2,
+            part_stride=part,
+        )
+    pages = slots // ps
+    spec = orbitkv.PoolSpec(pool=POOL, page_bytes=2 * layers * run, pages=pages, groups=[geometry])
+    return HostPages(
+        fd=fd,
+        spec=spec,
+        layers=layers,
+        layout=layout,
+        axes=_axes(order, layers, heads, ps, dk, e),
+        kv_heads=heads,
+        head_size_k=dk,
+        head_size_v=dv,
+        dtype=str(kv.dtype).removeprefix("torch."),
+        page_bytes=2 * layers * run,
+    )
+
+
+def _axes(
+    order: tuple[str, ...], layers: int, heads: int, tokens: int, dim: int, e: int
+) -> list[tuple[Any, int, int]]:
+    """The record's axes in `order` (outermost first): (name, count, stride in bytes), each
+    stride the product of the counts inside it."""
+    counts = {"kv_split": 2, "token": tokens, "layer": layers, "kv_head": heads, "head_dim": dim}
+    axes: list[tuple[Any, int, int]] = []
+    stride = e
+    for name in reversed(order):
+        axes.append((name, counts[name], stride))
+        stride *= counts[name]
+    return axes[::-1]
+
+
+def state_format(s: Settings, pages: HostPages, rank: int) -> orbitkv.StateFormat:
+    """The bytes of one record at `rank`: a page of every layer of its stage, in the host
+    layout's byte order."""
+    return orbitkv.StateFormat(
+        dtype=s.dtype,
+        kv_quant=s.kv_cache_dtype,
+        block_tokens=s.page_size,
+        layers=pages.layers,
+        layout=pages.axes,
+        kv_heads=pages.kv_heads,
+        head_size_k=pages.head_size_k,
+        head_size_v=pages.head_size_v,
+        engine="sglang",
+        release=s.release,
+        attention_backend=s.attention_backend,
+        rank=rank,
+        tensor=s.tensor,
+        pipeline=s.pipeline,
+    )
+
+
+def storage_layout(s: Settings, pages: HostPages) -> orbitkv.StorageLayout:
+    """The instance's layout: one KV group, one format per rank."""
+    group = orbitkv.CacheGroup(
+        id=GROUP,
+        component="dense_kv",
+        block_tokens=s.page_size,
+        page_bytes=pages.page_bytes,
+        formats=[state_format(s, pages, r) for r in range(s.workers)],
+    )
+    return orbitkv.StorageLayout([group], tensor=s.tensor, pipeline=s.pipeline)
+
+
+def identity(s: Settings) -> orbitkv.Identity:
+    """The computation's identity: the model by content and every setting that changes the KV
+    bytes; the host pool's placement and size are not part of it."""
+    return orbitkv.resolve_identity(
+        s.model,
+        engine="sglang",
+        release=s.release,
+        dtype=s.dtype,
+        kv_cache_dtype=s.kv_cache_dtype,
+        quantization=s.quantization,
+        attention_backend=s.attention_backend,
+        cache_variant="full_attention",
+        settings=[
+            ("page_size", str(s.page_size).encode()),
+            ("model_overrides", hashlib.sha256(s.overrides.encode()).hexdigest().encode()),
+            ("weight_version", s.weight_version.encode()),
+            ("parallel", f"tp{s.tensor}pp{s.pipeline}".encode()),
+        ],
+        revision=s.revision,
+    )

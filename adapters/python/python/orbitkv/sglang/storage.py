@@ -1,0 +1,361 @@
+"""`OrbitKVStorage`: SGLang's HiCache storage backend (the v1 zero-copy calls) over a daemon.
+
+Every rank registers as a worker of an instance without a scheduler, and registers SGLang's
+host pool in place (its shared-memory memfd) with a states-only region fencing each page. Keys
+are SGLang's page hashes (hex), in the SGLang hash domain; a page's token position comes from
+the hashes SGLang passes before the call's keys (`prefix_keys`).
+
+- `batch_exists` = Query: the leading pages the daemon proves for every rank.
+- `batch_get_v1` = Acquire, Load into the given host pages (fresh generations), Release.
+- `batch_set_v1` = Publish, returning once the pages are copied out (SGLang reuses them then).
+
+No call raises into SGLang's threads: a failure is a miss, or a page not stored."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
+
+import orbitkv
+from orbitkv.session import Registration, Session
+from orbitkv.sglang.settings import (
+    DOMAIN,
+    GROUP,
+    POOL,
+    HostPages,
+    host_pages,
+    identity,
+    settings_from,
+    state_format,
+    storage_layout,
+    weight_version,
+)
+
+if TYPE_CHECKING:
+    import torch
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig, HiCacheStorageExtraInfo
+    from sglang.srt.mem_cache.pool_host.base import HostKVCache
+
+log = logging.getLogger("orbitkv.sglang")
+
+# How long a call waits for the daemon, at most: a Query, an Acquire, a Load, a PublishCopied.
+QUERY_WAIT = 1.0
+LOAD_WAIT = 30.0
+COPIED_WAIT = 30.0
+# How long registration waits for its seal at start-up (it goes on in the background).
+SEAL_WAIT = 5.0
+
+
+class OrbitKVStorage(HiCacheStorage):
+    """The HiCache storage backend SGLang loads with `--hicache-storage-backend dynamic`."""
+
+    def __init__(
+        self, storage_config: HiCacheStorageConfig, kwargs: dict[str, object] | None = None
+    ) -> None:
+        self.config = storage_config
+        self.s = settings_from(storage_config)
+        self.pages: HostPages | None = None
+        self.states: orbitkv.HostPool | None = None
+        self.session: Session | None = None
+        self.pool_ready = False
+        self.weights_changed = False
+        # Publishes copied out, their PublishDurable not taken yet.
+        self.durable_wait: list[int] = []
+        # SGLang calls from its backup and prefetch threads at once: the session's state and
+        # the publishes waiting are changed under this.
+        self._lock = threading.Lock()
+        # Queries, hit pages, loaded and published pages, failures.
+        self.stats: Counter[str] = Counter()
+
+    # -- the pool ----------------------------------------------------------------------------
+
+    def register_mem_pool_host(self, mem_pool_host: HostKVCache) -> None:
+        super().register_mem_pool_host(mem_pool_host)
+        if self.session is not None:
+            self.session.close()
+        self.pages = host_pages(mem_pool_host)
+        self.states = orbitkv.HostPool(self.pages.spec, states_only=True)
+        s = self.s
+        self.session = Session(
+            s.socket,
+            Registration(
+                instance=s.instance,
+                role="worker",
+                rank=s.rank,
+                workers=s.workers,
+                identity=identity(s),
+                layout=storage_layout(s, self.pages),
+                domain=DOMAIN,
+                model=s.model,
+                revision=s.revision,
+                formats=(state_format(s, self.pages, s.rank).encode(),),
+                no_scheduler=True,
+                client="orbitkv-sglang",
+            ),
+            on_seal=self._register_pool,
+        )
+        if self.session.sealed(wait=SEAL_WAIT) is None:
+            log.warning("OrbitKV: rank %d not sealed yet; registering in the background", s.rank)
+
+    def _register_pool(self, conn: orbitkv.Connection, seal: orbitkv.Sealed) -> None:
+        self.pool_ready = False
+        if self.pages is None or self.states is None:
+            return
+        conn.register_engine_memory_pool(seal.token, self.states, self.pages.fd, 0)
+        self.pool_ready = True
+
+    def _live(self) -> tuple[orbitkv.Connection, orbitkv.Sealed] | None:
+        """The connection and seal to use, or `None` (away, or the weights changed)."""
+        if self.session is None or self._weights_moved():
+            return None
+        with self._lock:
+            seal = self.session.sealed()
+            conn = self.session.conn
+        if seal is None or conn is None or not self.pool_ready:
+            return None
+        return conn, seal
+
+    def _weights_moved(self) -> bool:
+        """Weights changed in place since start-up: the identity no longer names the
+        computation, so nothing is served or published until a restart."""
+        if not self.weights_changed and weight_version() != self.s.weight_version:
+            self.weights_changed = True
+            log.error(
+                "OrbitKV: the weights changed in place (version %s); serving and publishing "
+                "stop until the server restarts with a new identity",
+                weight_version(),
+            )
+        return self.weights_changed
+
+    def _chain(self, keys: list[str], extra_info: HiCacheStorageExtraInfo | None) -> list[bytes]:
+        """The page hashes from the sequence start: SGLang's `prefix_keys`, then `keys`. (Its
+        hybrid controller passes `None` for a chain that starts at the root.)"""
+        prefix = (extra_info.prefix_keys if extra_info is not None else None) or []
+        return [bytes.fromhex(k) for k in [*prefix, *keys]]
+
+    def _fail(self, call: str, e: BaseException) -> None:
+        self.stats["errors"] += 1
+        if isinstance(e, orbitkv.ConnectionLost) and self.session is not None:
+            with self._lock:
+                self.session.lost(str(e))
+        log.warning("OrbitKV: %s failed (%s: %s)", call, type(e).__name__, e)
+
+    # -- SGLang's storage calls ------------------------------------------------------------------
+
+    def batch_exists(
+        self, keys: list[str], extra_info: HiCacheStorageExtraInfo | None = None
+    ) -> int:
+        """The leading pages of `keys` the daemon proves (for every rank)."""
+        try:
+            live = self._live()
+            if live is None or not keys:
+                return 0
+            conn, seal = live
+            chain = self._chain(keys, extra_info)
+            ps, origin = self.s.page_size, (len(chain) - len(keys)) * self.s.page_size
+            self.stats["queries"] += 1
+            reply = conn.wait(
+                conn.submit_query(
+                    seal.token, seal.epoch, origin, len(chain) * ps, [(GROUP, chain)]
+                ),
+                timeout=QUERY_WAIT,
+            )
+            if not isinstance(reply, orbitkv.Proof):
+                return 0
+            hit = max(0, min(len(keys), reply.boundary // ps - (len(chain) - len(keys))))
+            self.stats["hit_pages"] += hit
+            return hit
+        except Exception as e:  # never into SGLang's thread
+            self._fail("batch_exists", e)
+            return 0
+
+    def batch_get_v1(
+        self,
+        keys: list[str],
+        host_indices: torch.Tensor,
+        extra_info: HiCacheStorageExtraInfo | None = None,
+    ) -> list[bool]:
+        """Loads the proven leading pages of `keys` into the host pages `host_indices` names
+        (token slots, a page's run each); true per page loaded."""
+        done = [False] * len(keys)
+        try:
+            live = self._live()
+            if live is None or self.states is None or self.pages is None or not keys:
+                return done
+            conn, seal = live
+            chain = self._chain(keys, extra_info)
+            ps, first = self.s.page_size, len(chain) - len(keys)
+            leased = conn.wait(
+                conn.submit_acquire(
+                    seal.token, seal.epoch, first * ps, len(chain) * ps, [(GROUP, chain)]
+                ),
+                timeout=QUERY_WAIT,
+            )
+            if not isinstance(leased, orbitkv.Leased):
+                return done
+            try:
+                slots = host_indices.tolist()
+                wanted: list[int] = []
+                pages = []
+                for load in leased.proof.loads:
+                    if load.rank != self.s.rank:
+                        continue
+                    for block in load.blocks:
+                        i = block - first
+                        if 0 <= i < len(keys):
+                            page = int(slots[i * ps]) // ps
+                            generation = self.states.reuse(page)
+                            pages.append(
+                                (
+                                    block,
+                                    GROUP,
+                                    self.s.rank,
+                                    POOL,
+                                    page,
+                                    generation,
+                                    0,
+                                    self.pages.layers,
+                                )
+                            )
+                            wanted.append(i)
+                if pages:
+                    statuses = conn.wait(
+                        conn.submit_load(seal.token, seal.epoch, leased.lease, pages),
+                        timeout=LOAD_WAIT,
+                    )
+                    if isinstance(statuses, orbitkv.Pages):
+                        for i, status in zip(wanted, statuses.statuses, strict=False):
+                            done[i] = status == "ok"
+            finally:
+                conn.submit_release(seal.token, leased.lease)
+            loaded = sum(done)
+            self.stats["loaded_pages"] += loaded
+            self.stats["load_failures"] += len(wanted) - loaded
+            return done
+        except Exception as e:  # never into SGLang's thread
+            self._fail("batch_get_v1", e)
+            return done
+
+    def batch_set_v1(
+        self,
+        keys: list[str],
+        host_indices: torch.Tensor,
+        extra_info: HiCacheStorageExtraInfo | None = None,
+    ) -> list[bool]:
+        """Publishes the host pages `host_indices` names as the pages `keys`; returns once
+        they are copied out (true per page stored)."""
+        done = [False] * len(keys)
+        try:
+            live = self._live()
+            if live is None or self.states is None or not keys:
+                return done
+            conn, seal = live
+            chain = self._chain(keys, extra_info)
+            ps, first = self.s.page_size, len(chain) - len(keys)
+            slots = host_indices.tolist()
+            pages = []
+            for i in range(len(keys)):
+                n = first + i
+                page = int(slots[i * ps]) // ps
+                generation = self.states.reuse(page)
+                parent = chain[n - 1] if n else b""
+                pages.append(
+                    (
+                        GROUP,
+                        self.s.rank,
+                        chain[n],
+                        parent,
+                        n * ps,
+                        (n + 1) * ps,
+                        POOL,
+                        page,
+                        generation,
+                    )
+                )
+            request = conn.submit_publish(seal.token, seal.epoch, pages)
+            copied = conn.wait(request, timeout=COPIED_WAIT)
+            # Durability is the daemon's own: its reply is taken later, never waited for here.
+            with self._lock:
+                self.durable_wait.append(request)
+            self.wait_durable(0.0)
+            if isinstance(copied, orbitkv.Pages):
+                done = [status == "ok" for status in copied.statuses]
+            stored = sum(done)
+            self.stats["published_pages"] += stored
+            self.stats["publish_failures"] += len(keys) - stored
+            return done
+        except Exception as e:  # never into SGLang's thread
+            self._fail("batch_set_v1", e)
+            return done
+
+    def wait_durable(self, timeout: float) -> bool:
+        """Takes the PublishDurable replies that have come, waiting up to `timeout` for all;
+        true when none is left. A page found not durable was never served."""
+        with self._lock:
+            waiting, self.durable_wait = self.durable_wait, []
+            conn = self.session.conn if self.session is not None else None
+        if conn is None or conn.closed is not None:
+            return True
+        deadline = time.monotonic() + timeout
+        still = []
+        for request in waiting:
+            left = deadline - time.monotonic()
+            try:
+                reply = conn.wait(request, left) if left > 0 else conn.poll(request)
+            except orbitkv.TimedOut:
+                reply = None
+            except orbitkv.OrbitKVError:
+                continue
+            if reply is None:
+                still.append(request)
+            elif isinstance(reply, orbitkv.Pages) and not reply.all_ok:
+                self.stats["durable_failures"] += sum(st != "ok" for st in reply.statuses)
+        with self._lock:
+            self.durable_wait += still
+            return not self.durable_wait
+
+    # -- the calls before v1: not served (start-up requires `interface_v1`) ---------------------
+
+    def get(
+        self, key: str, target_location: object = None, target_sizes: object = None
+    ) -> torch.Tensor | None:
+        return None
+
+    def batch_get(
+        self, keys: list[str], target_locations: object = None, target_sizes: object = None
+    ) -> list[torch.Tensor | None] | int:
+        return [None] * len(keys)
+
+    def set(
+        self,
+        key: str,
+        value: object = None,
+        target_location: object = None,
+        target_sizes: object = None,
+    ) -> bool:
+        return False
+
+    def batch_set(
+        self,
+        keys: list[str],
+        values: object = None,
+        target_locations: object = None,
+        target_sizes: object = None,
+    ) -> bool:
+        return False
+
+    def exists(self, key: str) -> bool:
+        """A key alone has no token position: never proven."""
+        return False
+
+    def get_stats(self) -> dict[str, int]:
+        return dict(self.stats)
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
