@@ -1,17 +1,22 @@
 """Nothing the daemon does reaches SGLang's threads as an exception: a daemon killed mid-run
 turns every call into a miss or a page not stored, and a restarted daemon is registered with
-again and serves the records it kept. Weights changed in place (a new weight version in SGLang's
-runtime context) stop serving and storing until a restart."""
+again and serves the records it kept. Weights changed in place (the scheduler's real
+`update_weights_from_disk`, wrapped as the backend wraps it, even without a weight version; or
+a new weight version in SGLang's runtime context) stop serving and storing until a restart."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from daemon import Daemon
 from harness import PAGE, Rank, same_bytes
+from orbitkv import weights
+from sglang.srt.managers.scheduler_components.weight_updater import SchedulerWeightUpdaterManager
 from sglang.srt.runtime_context import get_context
 
 TOKENS = [(i * 61 + 5) % 1000 for i in range(3 * PAGE)]
@@ -73,5 +78,49 @@ def test_weights_changed_in_place_stop_serving_and_storing(daemon: Daemon, model
         get_context().override(
             "tokenizer.weight_version", weight_version=r.backend.s.weight_version
         )
+        w.close()
+        r.close()
+
+
+@pytest.fixture
+def restore() -> Iterator[None]:
+    yield
+    weights.reset()
+
+
+def test_a_weight_update_without_a_version_stops_serving(
+    daemon: Daemon, model_dir: Path, restore: None
+) -> None:
+    w = Rank(model_dir, "disk-w", daemon.socket)
+    keys, _ = w.publish([t + 9 for t in TOKENS])
+    r = Rank(model_dir, "disk-r", daemon.socket)
+    try:
+        assert r.exists(keys) == 3
+        loads: list[str] = []
+
+        def load(path: str, load_format: object, **kw: object) -> tuple[bool, str]:
+            loads.append(path)
+            return True, ""
+
+        runner = SimpleNamespace(weight_updater=SimpleNamespace(update_weights_from_disk=load))
+        manager = SimpleNamespace(
+            _observe_weight_load=lambda source: contextlib.nullcontext(),
+            _select_runners=lambda: [("target", runner)],
+            record_weight_version_after_update=lambda version: None,
+            flush_cache_after_weight_update=lambda req, ok, message: (ok, message),
+        )
+        request = SimpleNamespace(
+            model_path="new-weights",
+            load_format=None,
+            recapture_cuda_graph=False,
+            weight_version=None,
+        )
+        SchedulerWeightUpdaterManager.update_weights_from_disk(manager, request)  # type: ignore[arg-type]
+        assert loads == ["new-weights"], "the real method ran"
+        assert r.exists(keys) == 0
+        idx = r.alloc(3)
+        assert r.backend.batch_set_v1(r.keys(TOKENS), idx, None) == [False] * 3
+        r.host.free(idx)
+    finally:
         w.close()
         r.close()

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orbitkv
+from orbitkv import weights
 from orbitkv.naming import sglang_instance
 
 if TYPE_CHECKING:
@@ -68,6 +69,25 @@ class Settings:
     def rank(self) -> int:
         """This rank: pp_rank · tp + tp_rank."""
         return self.pp_rank * self.tensor + self.tp_rank
+
+
+# The scheduler's methods that change weights in place (a weight version is recorded only when
+# the caller names one).
+WEIGHT_UPDATES = (
+    "update_weights_from_disk",
+    "update_weights_from_distributed",
+    "update_weights_from_tensor",
+    "update_weights_from_ipc",
+)
+
+
+def watch_weight_updates() -> None:
+    """Wraps SGLang's scheduler weight updates: a call stops serving (`orbitkv.weights`)."""
+    from sglang.srt.managers.scheduler_components.weight_updater import (
+        SchedulerWeightUpdaterManager,
+    )
+
+    weights.watch(SchedulerWeightUpdaterManager, WEIGHT_UPDATES)
 
 
 def weight_version() -> str:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
 
 import orbitkv
+from orbitkv import weights
 from orbitkv.session import Registration, Session
 from orbitkv.sglang.settings import (
     DOMAIN,
@@ -33,6 +34,7 @@ from orbitkv.sglang.settings import (
     settings_from,
     state_format,
     storage_layout,
+    watch_weight_updates,
     weight_version,
 )
 
@@ -59,6 +61,7 @@ class OrbitKVStorage(HiCacheStorage):
     ) -> None:
         self.config = storage_config
         self.s = settings_from(storage_config)
+        watch_weight_updates()
         self.pages: HostPages | None = None
         self.states: orbitkv.HostPool | None = None
         self.session: Session | None = None
@@ -121,9 +124,12 @@ class OrbitKVStorage(HiCacheStorage):
         return conn, seal
 
     def _weights_moved(self) -> bool:
-        """Weights changed in place since start-up: the identity no longer names the
-        computation, so nothing is served or published until a restart."""
-        if not self.weights_changed and weight_version() != self.s.weight_version:
+        """Weights changed in place since start-up (a scheduler weight update, or a new weight
+        version in the runtime context): the identity no longer names the computation, so
+        nothing is served or published until a restart."""
+        if not self.weights_changed and (
+            weights.changed() or weight_version() != self.s.weight_version
+        ):
             self.weights_changed = True
             log.error(
                 "OrbitKV: the weights changed in place (version %s); serving and publishing "
