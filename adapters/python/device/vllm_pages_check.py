@@ -147,23 +147,7 @@ class Trial:
         lb = self.producer.layer_bytes()
         size = LAYERS * BLOCKS * lb
         if self.host:
-            page = LAYERS * lb
-            spec = orbitkv.PoolSpec(
-                pool=1,
-                page_bytes=page,
-                pages=BLOCKS,
-                groups=[
-                    orbitkv.GroupGeometry.packed(
-                        group=0,
-                        layers=1,
-                        offset=0,
-                        layer_stride=page,
-                        layer_bytes=page,
-                        page_bytes=page,
-                    )
-                ],
-            )
-            pages = orbitkv.mapped.map_pool(orbitkv.HostPool(spec)).pages
+            pages = orbitkv.mapped.allocate(BLOCKS, LAYERS * lb).pages
             raw = torch.frombuffer(pages, dtype=torch.uint8)[:size]
         else:
             raw = torch.zeros(size, dtype=torch.uint8, device="cuda")

@@ -9,27 +9,13 @@ import orbitkv
 import pytest
 
 
-def spec(pages: int = 4, page: int = 4096) -> orbitkv.PoolSpec:
-    return orbitkv.PoolSpec(
-        pool=1,
-        page_bytes=page,
-        pages=pages,
-        groups=[
-            orbitkv.GroupGeometry.packed(
-                group=0, layers=1, offset=0, layer_stride=page, layer_bytes=page, page_bytes=page
-            )
-        ],
-    )
-
-
 def address(view: memoryview) -> int:
     return ctypes.addressof(ctypes.c_char.from_buffer(view))
 
 
 def test_a_mapped_pool_is_found_by_the_address_of_its_pages() -> None:
-    pool = orbitkv.HostPool(spec())
-    m = orbitkv.mapped.map_pool(pool)
-    pages = m.pages
+    m = orbitkv.mapped.allocate(4, 4096)
+    pool, pages = m.pool, m.pages
     assert len(pages) == 4 * 4096
     start = address(pages)
     found = orbitkv.mapped.find(start + 4096, 2 * 4096)
@@ -41,7 +27,7 @@ def test_a_mapped_pool_is_found_by_the_address_of_its_pages() -> None:
 
 
 def test_a_range_not_wholly_inside_a_mapped_pool_is_not_found() -> None:
-    m = orbitkv.mapped.map_pool(orbitkv.HostPool(spec()))
+    m = orbitkv.mapped.allocate(4, 4096)
     end = m.address + m.size
     assert orbitkv.mapped.find(end - 4096, 4097) is None
     assert orbitkv.mapped.find(end, 1) is None
@@ -51,4 +37,6 @@ def test_a_range_not_wholly_inside_a_mapped_pool_is_not_found() -> None:
 
 def test_a_states_only_pool_has_no_pages_to_map() -> None:
     with pytest.raises(ValueError, match="state words only"):
-        orbitkv.mapped.map_pool(orbitkv.HostPool(spec(), states_only=True))
+        orbitkv.mapped.map_pool(
+            orbitkv.HostPool(orbitkv.mapped.allocate(4, 4096).pool.spec, states_only=True)
+        )

@@ -230,23 +230,7 @@ class Instance:
         """`size` bytes of page memory in a host pool the package maps (an engine placing its
         KV caches in shared memory)."""
         pages = self.kv_cache_config.num_blocks
-        page = size // pages
-        spec = orbitkv.PoolSpec(
-            pool=1,
-            page_bytes=page,
-            pages=pages,
-            groups=[
-                orbitkv.GroupGeometry.packed(
-                    group=0,
-                    layers=1,
-                    offset=0,
-                    layer_stride=page,
-                    layer_bytes=page,
-                    page_bytes=page,
-                )
-            ],
-        )
-        return orbitkv.mapped.map_pool(orbitkv.HostPool(spec)).pages
+        return orbitkv.mapped.allocate(pages, size // pages).pages
 
     def request(self, rid: str, prompt: list[int], max_tokens: int = 2) -> Request:
         r = Request(

@@ -26,20 +26,8 @@ def views(raw: torch.Tensor, layout: str) -> list[torch.Tensor]:
 
 
 def pool_memory() -> torch.Tensor:
-    page = LAYERS * LB
-    spec = orbitkv.PoolSpec(
-        pool=1,
-        page_bytes=page,
-        pages=BLOCKS,
-        groups=[
-            orbitkv.GroupGeometry.packed(
-                group=0, layers=1, offset=0, layer_stride=page, layer_bytes=page, page_bytes=page
-            )
-        ],
-    )
-    return torch.frombuffer(
-        orbitkv.mapped.map_pool(orbitkv.HostPool(spec)).pages, dtype=torch.uint8
-    )
+    pages = orbitkv.mapped.allocate(BLOCKS, LAYERS * LB).pages
+    return torch.frombuffer(pages, dtype=torch.uint8)
 
 
 @pytest.mark.parametrize(

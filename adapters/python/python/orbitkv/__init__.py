@@ -16,13 +16,14 @@ computed by the daemon's own Rust code and never rewritten in Python:
   release the GIL;
 - ``mapped``: host pools mapped into this process, found again by address (memory an engine
   places inside one is registered in place);
+- ``refusals``: the adapters' start-up refusals (``StartupRefused``);
 - ``naming``: each engine instance's name on the node.
 
 Errors are ``OrbitKVError`` subclasses carrying ``code``, ``retryable``, ``retry_after`` and
 ``detail``.
 """
 
-from orbitkv import _native, mapped, naming
+from orbitkv import _native, mapped, naming, refusals
 from orbitkv._native import *  # noqa: F403 - the package is the native module's names
 
-__all__ = [*_native.__all__, "mapped", "naming"]
+__all__ = [*_native.__all__, "mapped", "naming", "refusals"]

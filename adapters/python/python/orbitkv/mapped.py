@@ -1,9 +1,9 @@
 """Host pools mapped into this process, found again by address.
 
-An engine that places its KV memory inside a host pool (``map_pool``, then tensors over
-``Mapping.pages``) lets an adapter register that memory in place: the daemon copies straight
-into and out of the engine's pages, with no staging copy. ``find`` tells an adapter whether an
-address range lies inside such a mapping, and where."""
+An engine that places its KV memory inside a host pool (``allocate`` or ``map_pool``, then
+tensors over ``Mapping.pages``) lets an adapter register that memory in place: the daemon
+copies straight into and out of the engine's pages, with no staging copy. ``find`` tells an
+adapter whether an address range lies inside such a mapping, and where."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from orbitkv._native import HostPool
+from orbitkv._native import GroupGeometry, HostPool, PoolSpec
 
 _lock = threading.Lock()
 _mappings: list[Mapping] = []
@@ -54,6 +54,28 @@ def map_pool(pool: HostPool) -> Mapping:
         _mappings.append(mapping)
         _anchors.append(anchor)
     return mapping
+
+
+def allocate(pages: int, page_bytes: int) -> Mapping:
+    """Shared memory for an engine to place its KV caches in: a host pool of `pages` pages of
+    `page_bytes` bytes, mapped. An adapter that finds the engine's pages inside it registers
+    them in place."""
+    spec = PoolSpec(
+        pool=1,
+        page_bytes=page_bytes,
+        pages=pages,
+        groups=[
+            GroupGeometry.packed(
+                group=0,
+                layers=1,
+                offset=0,
+                layer_stride=page_bytes,
+                layer_bytes=page_bytes,
+                page_bytes=page_bytes,
+            )
+        ],
+    )
+    return map_pool(HostPool(spec))
 
 
 def find(address: int, length: int) -> tuple[Mapping, int] | None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import orbitkv
 from orbitkv import weights
 from orbitkv.naming import sglang_instance
+from orbitkv.refusals import StartupRefused, refuse
 
 if TYPE_CHECKING:
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
@@ -32,12 +33,8 @@ _RECORD_ORDER = {
 }
 
 
-class StartupRefused(ValueError):
-    """The backend cannot serve this configuration: one line says why and what to change."""
-
-
 def _refuse(why: str, change: str) -> StartupRefused:
-    return StartupRefused(f"OrbitKVStorage: {why}; {change}")
+    return refuse("OrbitKVStorage", why, change)
 
 
 @dataclass(frozen=True)

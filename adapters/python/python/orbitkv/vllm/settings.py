@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import orbitkv
 from orbitkv.naming import vllm_instance
+from orbitkv.refusals import StartupRefused, refuse
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -43,12 +44,8 @@ _DOMAINS = {
 GROUP = 0
 
 
-class StartupRefused(ValueError):
-    """The connector cannot serve this configuration: one line says why and what to change."""
-
-
 def _refuse(why: str, change: str) -> StartupRefused:
-    return StartupRefused(f"OrbitKVConnector: {why}; {change}")
+    return refuse("OrbitKVConnector", why, change)
 
 
 @dataclass(frozen=True)
