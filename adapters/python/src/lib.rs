@@ -21,6 +21,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PROTOCOL_VERSION", orbitkv_protocol::VERSION)?;
     m.add("SOCKET_VAR", orbitkv_protocol::discover::SOCKET_VAR)?;
     m.add("MAX_NAME", orbitkv_protocol::message::MAX_NAME)?;
+    // The rank of a page every rank shares (MLA's), in Publish, Load and Proof.
+    m.add("RANK_REPLICATED", orbitkv_state::format::RANK_REPLICATED)?;
     errors::add(m)?;
     m.add_function(wrap_pyfunction!(identity::resolve_identity, m)?)?;
     m.add_function(wrap_pyfunction!(identity::vllm_block_hashes, m)?)?;

@@ -14,13 +14,16 @@ import orbitkv
 import torch
 from orbitkv.sglang import storage
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig, HiCacheStorageExtraInfo
-from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
 from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
+from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost
 from sglang.srt.mem_cache.storage import StorageBackendFactory
 from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 
 PAGE = 16
 LAYERS, HEADS, HEAD = 2, 2, 32
+# An MLA model's latent and RoPE widths.
+LORA, ROPE = 64, 16
 
 
 def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -59,6 +62,8 @@ class Rank:
     page: int = PAGE
     tp: int = 1
     tp_rank: int = 0
+    # An MLA model (`model` a DeepSeek-V2 configuration): one latent row per token and layer.
+    mla: bool = False
     args: dict[str, object] = field(default_factory=dict)
     extra: dict[str, object] = field(default_factory=dict)
 
@@ -79,18 +84,32 @@ class Rank:
         )
         set_global_server_args_for_scheduler(server)
         torch_dtype = getattr(torch, self.dtype)
-        self.device = MHATokenToKVPool(
-            size=256,
-            page_size=self.page,
-            dtype=torch_dtype,
-            head_num=HEADS // self.tp,
-            head_dim=HEAD,
-            layer_num=LAYERS,
-            device="cpu",
-            enable_memory_saver=False,
-            enable_alt_stream=False,
-        )
-        self.host = MHATokenToKVPoolHost(
+        if self.mla:
+            self.device = MLATokenToKVPool(
+                size=256,
+                page_size=self.page,
+                dtype=torch_dtype,
+                kv_lora_rank=LORA,
+                qk_rope_head_dim=ROPE,
+                layer_num=LAYERS,
+                device="cpu",
+                enable_memory_saver=False,
+            )
+        else:
+            self.device = MHATokenToKVPool(
+                size=256,
+                page_size=self.page,
+                dtype=torch_dtype,
+                head_num=HEADS // self.tp,
+                head_dim=HEAD,
+                layer_num=LAYERS,
+                device="cpu",
+                enable_memory_saver=False,
+                enable_alt_stream=False,
+            )
+        host_pool = MLATokenToKVPoolHost if self.mla else MHATokenToKVPoolHost
+        extra_args = {"target_layer_num": self.device.layer_num} if self.mla else {}
+        self.host = host_pool(
             self.device.get_device_pool_infos()[0].buffer_info,
             self.ratio,
             0,
@@ -102,6 +121,7 @@ class Rank:
             device_capacity_tokens=self.device.size,
             start_layer=self.device.start_layer,
             end_layer=self.device.end_layer,
+            **extra_args,
         )
         config = HiCacheStorageConfig(
             tp_rank=self.tp_rank,
@@ -110,9 +130,9 @@ class Rank:
             pp_size=1,
             attn_cp_rank=0,
             attn_cp_size=1,
-            is_mla_model=False,
+            is_mla_model=self.mla,
             enable_storage_metrics=False,
-            is_page_first_layout=self.layout.startswith("page_first"),
+            is_page_first_layout=self.layout == "page_first",
             model_name=self.model.name,
             extra_config=dict(extra),
         )
@@ -133,8 +153,11 @@ class Rank:
         return idx
 
     def kv(self, idx: torch.Tensor) -> torch.Tensor:
-        """The K and V of the token slots `idx`, every layer: `[2, layer, token, head, dim]`."""
+        """The K and V of the token slots `idx`, every layer: `[2, layer, token, head, dim]`
+        (MLA: the latent rows, `[layer, token, dim]`)."""
         h, kv = self.host, self.host.kv_buffer
+        if self.mla:
+            return self._mla_rows(idx).clone()
         if self.layout == "page_first":
             return kv[:, idx].permute(0, 2, 1, 3, 4).clone()
         if self.layout == "layer_first":
@@ -146,15 +169,39 @@ class Rank:
             x = kv[:, pages].permute(0, 4, 1, 3, 2, 5)
         return x.reshape(2, h.layer_num, len(idx), h.head_num, h.head_dim).clone()
 
+    def _mla_rows(self, idx: torch.Tensor, src: torch.Tensor | None = None) -> torch.Tensor:
+        """The MLA rows of the slots `idx` as `[layer, token, dim]`; with `src`, written."""
+        kv, layers = self.host.kv_buffer, self.host.layer_num
+        if self.layout == "layer_first":  # [layer, slot, 1, dim]
+            if src is not None:
+                kv[:, idx] = src.unsqueeze(2)
+            return kv[:, idx].squeeze(2)
+        if self.layout == "page_first":  # [slot, layer, 1, dim]
+            if src is not None:
+                kv[idx] = src.permute(1, 0, 2).unsqueeze(2)
+            return kv[idx].squeeze(2).permute(1, 0, 2)
+        pages = idx[:: self.page] // self.page  # page_first_direct: [page, layer, token, 1, dim]
+        if src is not None:
+            x = src.view(layers, len(pages), self.page, -1).permute(1, 0, 2, 3)
+            kv[pages] = x.unsqueeze(3)
+        return kv[pages].squeeze(3).permute(1, 0, 2, 3).reshape(layers, len(idx), -1)
+
     def fill(self, idx: torch.Tensor, seed: bytes) -> torch.Tensor:
         """Writes bytes derived from `seed` into the slots `idx`; returns them as `kv` does."""
         h = self.host
-        shape = (2, h.layer_num, len(idx), h.head_num, h.head_dim)
-        n = 2 * h.layer_num * len(idx) * h.head_num * h.head_dim * h.dtype.itemsize
+        if self.mla:
+            shape: tuple[int, ...] = (h.layer_num, len(idx), h.kv_cache_dim)
+        else:
+            shape = (2, h.layer_num, len(idx), h.head_num, h.head_dim)
+        n = h.dtype.itemsize
+        for d in shape:
+            n *= d
         data = hashlib.shake_256(seed).digest(n)
         src = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(h.dtype).view(shape)
         kv = h.kv_buffer
-        if self.layout == "page_first":
+        if self.mla:
+            self._mla_rows(idx, src)
+        elif self.layout == "page_first":
             kv[:, idx] = src.permute(0, 2, 1, 3, 4)
         elif self.layout == "layer_first":
             kv[:, :, idx] = src

@@ -8,6 +8,7 @@ from typing import Literal, final
 __all__ = [
     "MAX_NAME",
     "PROTOCOL_VERSION",
+    "RANK_REPLICATED",
     "SOCKET_VAR",
     "CacheGroup",
     "Connection",
@@ -43,6 +44,7 @@ __all__ = [
 __version__: str
 PROTOCOL_VERSION: int
 MAX_NAME: int
+RANK_REPLICATED: int
 SOCKET_VAR: str
 
 class OrbitKVError(Exception):

@@ -24,12 +24,18 @@ POOL = 1
 DOMAIN = "sglang/sha256"
 
 # Host layouts mapped: the order of a record's axes (outermost first) and whether every layer
-# lies inside one run of a page.
+# lies inside one run of a page. MHA pages hold K and V apart (`kv_split`); an MLA page holds
+# one latent row per token and layer (`head_dim`: the latent and its RoPE part).
 _RECORD_ORDER = {
     "page_first": (("kv_split", "token", "layer", "kv_head", "head_dim"), True),
     "page_head": (("kv_split", "kv_head", "token", "layer", "head_dim"), True),
     "layer_first": (("layer", "kv_split", "token", "kv_head", "head_dim"), False),
     "page_first_direct": (("layer", "kv_split", "token", "kv_head", "head_dim"), False),
+}
+_MLA_RECORD_ORDER = {
+    "page_first": (("token", "layer", "head_dim"), True),
+    "layer_first": (("layer", "token", "head_dim"), False),
+    "page_first_direct": (("layer", "token", "head_dim"), False),
 }
 
 
@@ -57,6 +63,9 @@ class Settings:
     pipeline: int
     tp_rank: int
     pp_rank: int
+    # An MLA model: one copy of each page for every TP rank, published by the storage writer.
+    mla: bool
+    writer: bool
 
     @property
     def workers(self) -> int:
@@ -120,8 +129,6 @@ def settings_from(config: HiCacheStorageConfig) -> Settings:
             "the v1 storage calls (zero-copy host pages) are not selected",
             'add "interface_v1": 1 to --hicache-storage-backend-extra-config',
         )
-    if config.is_mla_model:
-        raise _refuse("MLA models are not mapped yet", "run without the OrbitKV backend")
     if config.attn_cp_size > 1 or config.dcp_size > 1:
         raise _refuse(
             "context parallelism shards a page's tokens across ranks, which is not mapped yet",
@@ -149,6 +156,8 @@ def settings_from(config: HiCacheStorageConfig) -> Settings:
         pipeline=int(config.pp_size),
         tp_rank=int(config.tp_rank),
         pp_rank=int(config.pp_rank),
+        mla=bool(config.is_mla_model),
+        writer=bool(config.is_storage_writer),
     )
 
 
@@ -167,16 +176,18 @@ class HostPages:
     head_size_v: int
     dtype: str
     page_bytes: int
+    mla: bool
 
 
 def host_pages(host: HostKVCache) -> HostPages:
-    """The geometry of an MHA host pool's pages, or `StartupRefused`."""
+    """The geometry of an MHA or MLA host pool's pages, or `StartupRefused`."""
     layout = str(host.layout)
-    if layout not in _RECORD_ORDER:
+    mla = hasattr(host, "kv_cache_dim")
+    orders = _MLA_RECORD_ORDER if mla else _RECORD_ORDER
+    if layout not in orders:
         raise _refuse(
-            f"the host layout {layout} is not mapped",
-            "use --hicache-mem-layout page_first (the default), page_first_direct, page_head "
-            "or layer_first",
+            f"the host layout {layout} is not mapped{' for MLA' if mla else ''}",
+            f"use --hicache-mem-layout {', '.join(orders)} (page_first is the default)",
         )
     fd = getattr(getattr(host, "allocator", None), "fd", None)
     if not isinstance(fd, int):
@@ -185,66 +196,58 @@ def host_pages(host: HostKVCache) -> HostPages:
             'add "allocator": "shm" to --hicache-storage-backend-extra-config',
         )
     kv = host.kv_buffer
-    if kv.dim() < 2 or kv.shape[0] != 2 or not kv.is_contiguous():
+    if not kv.is_contiguous() or (not mla and kv.shape[0] != 2):
         raise _refuse(f"a host KV buffer of shape {tuple(kv.shape)} is not mapped", "use MHA")
     e = kv.element_size()
-    layers, heads, dk, dv = (
-        int(host.layer_num),
-        int(host.head_num),
-        int(host.head_dim),
-        int(host.v_head_dim),
-    )
-    if dk != dv:
-        raise _refuse("K and V heads of different sizes are not mapped yet", "use MHA")
-    ps, slots = int(host.page_size), int(host.size)
-    run = ps * heads * dk * e  # one layer's K (or V) of one page
-    part = kv[0].numel() * e  # from K to V
-    order, inside = _RECORD_ORDER[layout]
-    if inside:
-        geometry = orbitkv.GroupGeometry(
-            group=GROUP,
-            layers=layers,
-            offset=0,
-            page_stride=layers * run,
-            layer_stride=0,
-            layer_bytes=2 * run,
-            parts=2,
-            part_stride=part,
-            layers_inside=True,
-        )
+    layers, ps, slots = int(host.layer_num), int(host.page_size), int(host.size)
+    if mla:
+        heads, dk, dv, parts, part_stride = 1, int(host.kv_cache_dim), 0, 1, 0
+        width = dk
     else:
-        geometry = orbitkv.GroupGeometry(
-            group=GROUP,
-            layers=layers,
-            offset=0,
-            page_stride=run if layout == "layer_first" else layers * run,
-            layer_stride=slots * heads * dk * e if layout == "layer_first" else run,
-            layer_bytes=2 * run,
-            parts=2,
-            part_stride=part,
-        )
-    pages = slots // ps
-    spec = orbitkv.PoolSpec(pool=POOL, page_bytes=2 * layers * run, pages=pages, groups=[geometry])
+        heads, dk, dv = int(host.head_num), int(host.head_dim), int(host.v_head_dim)
+        if dk != dv:
+            raise _refuse("K and V heads of different sizes are not mapped yet", "use MHA")
+        parts, part_stride, width = 2, kv[0].numel() * e, heads * dk
+    run = ps * width * e  # one layer's part (K, V or the latent) of one page
+    order, inside = orders[layout]
+    if inside:
+        page_stride, layer_stride = layers * run, 0
+    elif layout == "layer_first":
+        page_stride, layer_stride = run, slots * width * e
+    else:
+        page_stride, layer_stride = layers * run, run
+    geometry = orbitkv.GroupGeometry(
+        group=GROUP,
+        layers=layers,
+        offset=0,
+        page_stride=page_stride,
+        layer_stride=layer_stride,
+        layer_bytes=parts * run,
+        parts=parts,
+        part_stride=part_stride,
+        layers_inside=inside,
+    )
+    page_bytes = parts * layers * run
+    spec = orbitkv.PoolSpec(pool=POOL, page_bytes=page_bytes, pages=slots // ps, groups=[geometry])
+    counts = {"kv_split": 2, "token": ps, "layer": layers, "kv_head": heads, "head_dim": dk}
     return HostPages(
         fd=fd,
         spec=spec,
         layers=layers,
         layout=layout,
-        axes=_axes(order, layers, heads, ps, dk, e),
+        axes=_axes(order, counts, e),
         kv_heads=heads,
         head_size_k=dk,
         head_size_v=dv,
         dtype=str(kv.dtype).removeprefix("torch."),
-        page_bytes=2 * layers * run,
+        page_bytes=page_bytes,
+        mla=mla,
     )
 
 
-def _axes(
-    order: tuple[str, ...], layers: int, heads: int, tokens: int, dim: int, e: int
-) -> list[tuple[Any, int, int]]:
+def _axes(order: tuple[str, ...], counts: dict[str, int], e: int) -> list[tuple[Any, int, int]]:
     """The record's axes in `order` (outermost first): (name, count, stride in bytes), each
     stride the product of the counts inside it."""
-    counts = {"kv_split": 2, "token": tokens, "layer": layers, "kv_head": heads, "head_dim": dim}
     axes: list[tuple[Any, int, int]] = []
     stride = e
     for name in reversed(order):
@@ -254,8 +257,8 @@ def _axes(
 
 
 def state_format(s: Settings, pages: HostPages, rank: int) -> orbitkv.StateFormat:
-    """The bytes of one record at `rank`: a page of every layer of its stage, in the host
-    layout's byte order."""
+    """The bytes of one record at `rank` (one record for every rank, MLA's): a page of every
+    layer of its stage, in the host layout's byte order."""
     return orbitkv.StateFormat(
         dtype=s.dtype,
         kv_quant=s.kv_cache_dtype,
@@ -268,20 +271,21 @@ def state_format(s: Settings, pages: HostPages, rank: int) -> orbitkv.StateForma
         engine="sglang",
         release=s.release,
         attention_backend=s.attention_backend,
-        rank=rank,
+        rank="replicated" if pages.mla else rank,
         tensor=s.tensor,
         pipeline=s.pipeline,
     )
 
 
 def storage_layout(s: Settings, pages: HostPages) -> orbitkv.StorageLayout:
-    """The instance's layout: one KV group, one format per rank."""
+    """The instance's layout: one KV group, one format per rank (one for all, MLA's)."""
+    ranks = 1 if pages.mla else s.workers
     group = orbitkv.CacheGroup(
         id=GROUP,
-        component="dense_kv",
+        component="mla" if pages.mla else "dense_kv",
         block_tokens=s.page_size,
         page_bytes=pages.page_bytes,
-        formats=[state_format(s, pages, r) for r in range(s.workers)],
+        formats=[state_format(s, pages, r) for r in range(ranks)],
     )
     return orbitkv.StorageLayout([group], tensor=s.tensor, pipeline=s.pipeline)
 

@@ -138,6 +138,13 @@ class OrbitKVStorage(HiCacheStorage):
             )
         return self.weights_changed
 
+    @property
+    def _record_rank(self) -> int:
+        """The rank this rank's records are stored under: its own, or MLA's one copy's."""
+        if self.pages is not None and self.pages.mla:
+            return orbitkv.RANK_REPLICATED
+        return self.s.rank
+
     def _chain(self, keys: list[str], extra_info: HiCacheStorageExtraInfo | None) -> list[bytes]:
         """The page hashes from the sequence start: SGLang's `prefix_keys`, then `keys`. (Its
         hybrid controller passes `None` for a chain that starts at the root.)"""
@@ -209,7 +216,7 @@ class OrbitKVStorage(HiCacheStorage):
                 wanted: list[int] = []
                 pages = []
                 for load in leased.proof.loads:
-                    if load.rank != self.s.rank:
+                    if load.rank != self._record_rank:
                         continue
                     for block in load.blocks:
                         i = block - first
@@ -220,7 +227,7 @@ class OrbitKVStorage(HiCacheStorage):
                                 (
                                     block,
                                     GROUP,
-                                    self.s.rank,
+                                    load.rank,
                                     POOL,
                                     page,
                                     generation,
@@ -258,7 +265,8 @@ class OrbitKVStorage(HiCacheStorage):
         done = [False] * len(keys)
         try:
             live = self._live()
-            if live is None or self.states is None or not keys:
+            # MLA: one copy for every rank, stored by the storage writer alone.
+            if live is None or self.states is None or not keys or not self.s.writer:
                 return done
             conn, seal = live
             chain = self._chain(keys, extra_info)
@@ -273,7 +281,7 @@ class OrbitKVStorage(HiCacheStorage):
                 pages.append(
                     (
                         GROUP,
-                        self.s.rank,
+                        self._record_rank,
                         chain[n],
                         parent,
                         n * ps,
