@@ -33,7 +33,9 @@ def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     )
 
 
-def extra_config(socket: str, instance: str, **more: object) -> dict[str, object]:
+def extra_config(socket: str, instance: str | None, **more: object) -> dict[str, object]:
+    """The backend's extra config; without `instance`, SGLang's port and data-parallel rank
+    name the instance."""
     config: dict[str, object] = {
         "backend_name": "orbitkv",
         "module_path": "orbitkv.sglang",
@@ -42,8 +44,9 @@ def extra_config(socket: str, instance: str, **more: object) -> dict[str, object
         "allocator": "shm",
         "hicache_storage_pass_prefix_keys": True,
         "socket": socket,
-        "instance": instance,
     }
+    if instance is not None:
+        config["instance"] = instance
     config.update(more)
     return config
 
@@ -53,7 +56,7 @@ class Rank:
     """One tensor-parallel rank of a server: its device and host pools and its backend."""
 
     model: Path
-    instance: str
+    instance: str | None
     socket: str
     layout: str = "page_first"
     # Host pool size as a multiple of the device pool's (SGLang's --hicache-ratio).
@@ -62,6 +65,7 @@ class Rank:
     page: int = PAGE
     tp: int = 1
     tp_rank: int = 0
+    dp_rank: int = 0
     # An MLA model (`model` a DeepSeek-V2 configuration): one latent row per token and layer.
     mla: bool = False
     args: dict[str, object] = field(default_factory=dict)
@@ -134,6 +138,7 @@ class Rank:
             enable_storage_metrics=False,
             is_page_first_layout=self.layout == "page_first",
             model_name=self.model.name,
+            dp_rank=self.dp_rank,
             extra_config=dict(extra),
         )
         self.backend = StorageBackendFactory.create_backend("dynamic", config, self.host)

@@ -36,6 +36,21 @@ def test_a_second_server_reads_back_what_the_first_stored(daemon: Daemon, model_
     b.close()
 
 
+def test_data_parallel_ranks_are_instances_sharing_records(daemon: Daemon, model_dir: Path) -> None:
+    """Each data-parallel rank of one server is an instance of its own (named by the server's
+    port and its rank), and they share records: the same computation."""
+    tokens = [t + 5 for t in TOKENS]
+    dp = [Rank(model_dir, None, daemon.socket, dp_rank=r, args={"port": 30123}) for r in range(2)]
+    try:
+        assert [r.backend.s.instance for r in dp] == ["sglang-30123-dp0", "sglang-30123-dp1"]
+        keys, data = dp[0].publish(tokens)
+        done, loaded = dp[1].get(keys)
+        assert done == [True] * 4 and same_bytes(loaded, data)
+    finally:
+        for r in dp:
+            r.close()
+
+
 def test_pages_not_stored_are_not_found(daemon: Daemon, model_dir: Path) -> None:
     r = Rank(model_dir, "prober", daemon.socket)
     keys = r.keys([t + 1 for t in TOKENS])
