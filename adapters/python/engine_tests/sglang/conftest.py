@@ -19,6 +19,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "tests"))
 
 from daemon import Daemon  # noqa: E402  (the package tests' daemon)
+from models import tiny_deepseek, tiny_llama  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -28,53 +29,11 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     d.stop()
 
 
-def write_model(d: Path, **overrides: object) -> Path:
-    """A tiny Llama configuration (no weights: no forward pass runs)."""
-    from transformers import LlamaConfig
-
-    config: dict[str, object] = {
-        "architectures": ["LlamaForCausalLM"],
-        "vocab_size": 1024,
-        "hidden_size": 128,
-        "intermediate_size": 256,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 32,
-        "max_position_embeddings": 512,
-        "torch_dtype": "bfloat16",
-    }
-    config.update(overrides)
-    LlamaConfig(**config).save_pretrained(d)
-    return d
-
-
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_model(tmp_path_factory.mktemp("tiny-llama"))
+    return tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture(scope="session")
 def mla_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny DeepSeek-V2 configuration: an MLA model (latent 64, RoPE 16)."""
-    from transformers import DeepseekV2Config
-
-    d = tmp_path_factory.mktemp("tiny-deepseek")
-    DeepseekV2Config(
-        architectures=["DeepseekV2ForCausalLM"],
-        vocab_size=1024,
-        hidden_size=128,
-        intermediate_size=256,
-        moe_intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        q_lora_rank=None,
-        kv_lora_rank=64,
-        qk_nope_head_dim=32,
-        qk_rope_head_dim=16,
-        v_head_dim=32,
-        max_position_embeddings=512,
-        torch_dtype="bfloat16",
-    ).save_pretrained(d)
-    return d
+    return tiny_deepseek(tmp_path_factory.mktemp("tiny-deepseek"))

@@ -3,6 +3,7 @@ serve."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,16 @@ def test_without_prefix_keys_a_pages_position_is_unknown(daemon: Daemon, model_d
 def test_the_v1_calls_are_required(daemon: Daemon, model_dir: Path) -> None:
     with pytest.raises(StartupRefused, match="interface_v1"):
         Rank(model_dir, "no-v1", daemon.socket, extra={"interface_v1": 0})
+
+
+def test_a_model_whose_content_cannot_be_read(
+    daemon: Daemon, model_dir: Path, tmp_path: Path
+) -> None:
+    broken = tmp_path / "model"
+    shutil.copytree(model_dir, broken)
+    (broken / "model.safetensors").symlink_to(tmp_path / "gone")
+    with pytest.raises(StartupRefused, match="ORBITKV_MODEL_FINGERPRINT"):
+        Rank(broken, "unreadable", daemon.socket)
 
 
 def test_the_daemon_being_away_is_not_a_refusal(model_dir: Path, tmp_path: Path) -> None:

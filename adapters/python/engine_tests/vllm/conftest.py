@@ -19,6 +19,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "tests"))
 
 from daemon import Daemon  # noqa: E402  (the package tests' daemon)
+from models import tiny_llama  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -30,19 +31,4 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
 
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny Llama configuration (no weights: no forward pass runs)."""
-    from transformers import LlamaConfig
-
-    d = tmp_path_factory.mktemp("tiny-llama")
-    LlamaConfig(
-        architectures=["LlamaForCausalLM"],
-        vocab_size=1024,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        torch_dtype="bfloat16",
-    ).save_pretrained(d)
-    return d
+    return tiny_llama(tmp_path_factory.mktemp("tiny-llama"))

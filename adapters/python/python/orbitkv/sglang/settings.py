@@ -292,7 +292,19 @@ def storage_layout(s: Settings, pages: HostPages) -> orbitkv.StorageLayout:
 
 def identity(s: Settings) -> orbitkv.Identity:
     """The computation's identity: the model by content and every setting that changes the KV
-    bytes; the host pool's placement and size are not part of it."""
+    bytes; the host pool's placement and size are not part of it. `StartupRefused` when the
+    model's content cannot be read."""
+    try:
+        return _resolve(s)
+    except orbitkv.OrbitKVError as e:
+        raise _refuse(
+            f"the model's identity cannot be established ({e.detail})",
+            "point --model-path at a readable model directory or hub snapshot, or set "
+            "ORBITKV_MODEL_FINGERPRINT",
+        ) from e
+
+
+def _resolve(s: Settings) -> orbitkv.Identity:
     return orbitkv.resolve_identity(
         s.model,
         engine="sglang",

@@ -61,6 +61,8 @@ class OrbitKVStorage(HiCacheStorage):
     ) -> None:
         self.config = storage_config
         self.s = settings_from(storage_config)
+        # Resolved at start-up: a model whose content cannot be read refuses here.
+        self.identity = identity(self.s)
         watch_weight_updates()
         self.pages: HostPages | None = None
         self.states: orbitkv.HostPool | None = None
@@ -91,7 +93,7 @@ class OrbitKVStorage(HiCacheStorage):
                 role="worker",
                 rank=s.rank,
                 workers=s.workers,
-                identity=identity(s),
+                identity=self.identity,
                 layout=storage_layout(s, self.pages),
                 domain=DOMAIN,
                 model=s.model,
