@@ -66,6 +66,8 @@ class Rank:
     tp: int = 1
     tp_rank: int = 0
     dp_rank: int = 0
+    # SGLang's head groups of a page_unified host page.
+    head_groups: int = 1
     # An MLA model (`model` a DeepSeek-V2 configuration): one latent row per token and layer.
     mla: bool = False
     args: dict[str, object] = field(default_factory=dict)
@@ -112,7 +114,11 @@ class Rank:
                 enable_alt_stream=False,
             )
         host_pool = MLATokenToKVPoolHost if self.mla else MHATokenToKVPoolHost
-        extra_args = {"target_layer_num": self.device.layer_num} if self.mla else {}
+        extra_args: dict[str, object] = (
+            {"target_layer_num": self.device.layer_num}
+            if self.mla
+            else {"head_group_num": self.head_groups}
+        )
         self.host = host_pool(
             self.device.get_device_pool_infos()[0].buffer_info,
             self.ratio,
@@ -170,6 +176,8 @@ class Rank:
         pages = idx[:: self.page] // self.page
         if self.layout == "page_first_direct":  # [2, page, layer, token, head, dim]
             x = kv[:, pages].permute(0, 2, 1, 3, 4, 5)
+        elif self.layout == "page_unified":  # [page, 1, layer, 2, token, head, dim]
+            x = kv[pages].squeeze(1).permute(2, 1, 0, 3, 4, 5)
         else:  # page_head: [2, page, head, token, layer, dim]
             x = kv[:, pages].permute(0, 4, 1, 3, 2, 5)
         return x.reshape(2, h.layer_num, len(idx), h.head_num, h.head_dim).clone()
@@ -185,11 +193,13 @@ class Rank:
             if src is not None:
                 kv[idx] = src.permute(1, 0, 2).unsqueeze(2)
             return kv[idx].squeeze(2).permute(1, 0, 2)
-        pages = idx[:: self.page] // self.page  # page_first_direct: [page, layer, token, 1, dim]
+        # page_first_direct: [page, layer, token, 1, dim]; page_unified: [page, layer, token, dim]
+        pages = idx[:: self.page] // self.page
         if src is not None:
             x = src.view(layers, len(pages), self.page, -1).permute(1, 0, 2, 3)
-            kv[pages] = x.unsqueeze(3)
-        return kv[pages].squeeze(3).permute(1, 0, 2, 3).reshape(layers, len(idx), -1)
+            kv[pages] = x.view(kv[pages].shape)
+        rows = kv[pages].reshape(len(pages), layers, self.page, -1)
+        return rows.permute(1, 0, 2, 3).reshape(layers, len(idx), -1)
 
     def fill(self, idx: torch.Tensor, seed: bytes) -> torch.Tensor:
         """Writes bytes derived from `seed` into the slots `idx`; returns them as `kv` does."""
@@ -215,6 +225,8 @@ class Rank:
             x = src.view(2, h.layer_num, len(pages), self.page, h.head_num, h.head_dim)
             if self.layout == "page_first_direct":
                 kv[:, pages] = x.permute(0, 2, 1, 3, 4, 5)
+            elif self.layout == "page_unified":
+                kv[pages] = x.permute(2, 1, 0, 3, 4, 5).unsqueeze(1)
             else:
                 kv[:, pages] = x.permute(0, 2, 4, 3, 1, 5)
         return src.clone()

@@ -1,6 +1,7 @@
 """SGLang's host layouts: each mapped one round-trips through the daemon; records written
-through one layout are read through another of the same record order (`layer_first` and
-`page_first_direct`); a layout not mapped is refused at start-up, saying what to change."""
+through one layout are read through another of the same record order (`layer_first`,
+`page_first_direct`, `page_unified`); a layout not mapped is refused at start-up, saying what
+to change."""
 
 from __future__ import annotations
 
@@ -16,9 +17,12 @@ def tokens(k: int) -> list[int]:
     return [(i * 41 + 7 + k * 97) % 1000 for i in range(3 * PAGE)]
 
 
-@pytest.mark.parametrize("layout", ["page_first", "page_first_direct", "page_head", "layer_first"])
+LAYOUTS = ["page_first", "page_first_direct", "page_head", "layer_first", "page_unified"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_each_layout_round_trips(daemon: Daemon, model_dir: Path, layout: str) -> None:
-    k = ["page_first", "page_first_direct", "page_head", "layer_first"].index(layout)
+    k = LAYOUTS.index(layout)
     w = Rank(model_dir, f"{layout}-w", daemon.socket, layout=layout)
     r = Rank(model_dir, f"{layout}-r", daemon.socket, layout=layout, ratio=3.0)
     try:
@@ -31,26 +35,29 @@ def test_each_layout_round_trips(daemon: Daemon, model_dir: Path, layout: str) -
         r.close()
 
 
-def test_a_record_written_layer_first_is_read_page_first_direct(
+def test_a_record_written_layer_first_is_read_page_first_direct_and_page_unified(
     daemon: Daemon, model_dir: Path
 ) -> None:
     w = Rank(model_dir, "lf-w", daemon.socket, layout="layer_first")
-    r = Rank(model_dir, "pfd-r", daemon.socket, layout="page_first_direct")
+    readers = [
+        Rank(model_dir, f"{layout}-r", daemon.socket, layout=layout)
+        for layout in ("page_first_direct", "page_unified")
+    ]
     other = Rank(model_dir, "pf-r", daemon.socket, layout="page_first")
     try:
         keys, data = w.publish(tokens(9))
-        done, loaded = r.get(keys)
-        assert done == [True] * 3 and same_bytes(loaded, data)
+        for r in readers:
+            done, loaded = r.get(keys)
+            assert done == [True] * 3 and same_bytes(loaded, data), r.layout
         # page_first holds a page's layers inside each token: another record order.
         assert other.exists(keys) == 0
     finally:
-        w.close()
-        r.close()
-        other.close()
+        for x in [w, *readers, other]:
+            x.close()
 
 
 def test_a_layout_not_mapped_is_refused(daemon: Daemon, model_dir: Path) -> None:
-    """`page_unified` interleaves a layer's K and V by head group. (`page_first_kv_split` is
-    refused by SGLang's MHA host pool itself.)"""
+    """`page_unified` with two head groups interleaves K and V by group. (`page_first_kv_split`
+    is refused by SGLang's MHA host pool itself.)"""
     with pytest.raises(StartupRefused, match="--hicache-mem-layout"):
-        Rank(model_dir, "unified", daemon.socket, layout="page_unified")
+        Rank(model_dir, "unified", daemon.socket, layout="page_unified", head_groups=2)

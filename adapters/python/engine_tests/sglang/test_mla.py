@@ -11,7 +11,7 @@ from daemon import Daemon
 from harness import PAGE, same_bytes, tensor_parallel
 
 TOKENS = [(i * 71 + 3) % 1000 for i in range(3 * PAGE)]
-LAYOUTS = ["page_first", "page_first_direct", "layer_first"]
+LAYOUTS = ["page_first", "page_first_direct", "layer_first", "page_unified"]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -31,11 +31,13 @@ _RECORD_ORDER = {
     "page_head": (("kv_split", "kv_head", "token", "layer", "head_dim"), True),
     "layer_first": (("layer", "kv_split", "token", "kv_head", "head_dim"), False),
     "page_first_direct": (("layer", "kv_split", "token", "kv_head", "head_dim"), False),
+    "page_unified": (("layer", "kv_split", "token", "kv_head", "head_dim"), False),
 }
 _MLA_RECORD_ORDER = {
     "page_first": (("token", "layer", "head_dim"), True),
     "layer_first": (("layer", "token", "head_dim"), False),
     "page_first_direct": (("layer", "token", "head_dim"), False),
+    "page_unified": (("layer", "token", "head_dim"), False),
 }
 
 
@@ -196,25 +198,35 @@ def host_pages(host: HostKVCache) -> HostPages:
             'add "allocator": "shm" to --hicache-storage-backend-extra-config',
         )
     kv = host.kv_buffer
-    if not kv.is_contiguous() or (not mla and kv.shape[0] != 2):
+    unified = layout == "page_unified"
+    if unified and int(getattr(host, "head_group_num", 1)) != 1:
+        raise _refuse(
+            "page_unified with several head groups interleaves K and V by group",
+            "use --hicache-mem-layout page_first",
+        )
+    if not kv.is_contiguous() or (not mla and not unified and kv.shape[0] != 2):
         raise _refuse(f"a host KV buffer of shape {tuple(kv.shape)} is not mapped", "use MHA")
     e = kv.element_size()
     layers, ps, slots = int(host.layer_num), int(host.page_size), int(host.size)
     if mla:
-        heads, dk, dv, parts, part_stride = 1, int(host.kv_cache_dim), 0, 1, 0
+        heads, dk, dv, parts = 1, int(host.kv_cache_dim), 0, 1
         width = dk
     else:
         heads, dk, dv = int(host.head_num), int(host.head_dim), int(host.v_head_dim)
         if dk != dv:
             raise _refuse("K and V heads of different sizes are not mapped yet", "use MHA")
-        parts, part_stride, width = 2, kv[0].numel() * e, heads * dk
+        parts, width = 2, heads * dk
     run = ps * width * e  # one layer's part (K, V or the latent) of one page
+    # K and V: the two halves of the buffer, or (page_unified) side by side in a layer.
+    part_stride = 0 if mla else run if unified else kv[0].numel() * e
     order, inside = orders[layout]
     if inside:
         page_stride, layer_stride = layers * run, 0
     elif layout == "layer_first":
         page_stride, layer_stride = run, slots * width * e
-    else:
+    elif unified:  # a page's layers in turn, each its K then its V
+        page_stride, layer_stride = parts * layers * run, parts * run
+    else:  # page_first_direct: a page's layers in turn, K and V in the buffer's two halves
         page_stride, layer_stride = layers * run, run
     geometry = orbitkv.GroupGeometry(
         group=GROUP,
