@@ -74,6 +74,8 @@ def test_instance_names(daemon: Daemon) -> None:
     assert orbitkv.naming.vllm_instance("engine-7_dp1") == "engine-7_dp1"
     assert orbitkv.naming.sglang_instance(None, 30000, 1) == "sglang-30000-dp1"
     assert orbitkv.naming.sglang_instance({"instance": "a"}, 30000, 0) == "a"
+    # Each data-parallel rank is an instance of its own.
+    assert orbitkv.naming.sglang_instance({"instance": "a"}, 30000, 2) == "a-dp2"
     for bad in ["", "x" * (orbitkv.MAX_NAME + 1)]:
         with pytest.raises(orbitkv.InvalidInput):
             orbitkv.naming.vllm_instance(bad)

@@ -17,6 +17,7 @@ from daemon import Daemon
 from harness import PAGE, Rank, same_bytes
 from orbitkv import weights
 from sglang.srt.managers.scheduler_components.weight_updater import SchedulerWeightUpdaterManager
+from sglang.srt.mem_cache.hicache_storage import HiCacheStorageExtraInfo
 from sglang.srt.runtime_context import get_context
 
 TOKENS = [(i * 61 + 5) % 1000 for i in range(3 * PAGE)]
@@ -123,4 +124,30 @@ def test_a_weight_update_without_a_version_stops_serving(
         r.host.free(idx)
     finally:
         w.close()
+        r.close()
+
+
+def test_a_publish_whose_reply_never_comes_lets_go_of_its_pages(
+    daemon: Daemon, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no PublishCopied the call returns false, but only once the daemon holds none of
+    the pages and each has a new generation: SGLang reuses them at once, and a late copy of
+    the daemon's is refused by the fence."""
+    r = Rank(model_dir, "no-reply", daemon.socket)
+    backend, states = r.backend, r.backend.states
+    assert states is not None
+    monkeypatch.setattr(backend, "_ask", lambda conn, request, timeout: None)
+    try:
+        keys = r.keys([t + 11 for t in TOKENS])
+        idx = r.alloc(3)
+        pages = [int(idx[i * PAGE]) // PAGE for i in range(3)]
+        before = [states.generation(p) for p in pages]
+        assert (
+            backend.batch_set_v1(keys, idx, HiCacheStorageExtraInfo(prefix_keys=[])) == [False] * 3
+        )
+        # Published at before + 1; moved on past it.
+        assert all(states.generation(p) == g + 2 for p, g in zip(pages, before, strict=True))
+        assert all(states.leases(p) == 0 for p in pages)
+        r.host.free(idx)
+    finally:
         r.close()

@@ -3,13 +3,17 @@ serve."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
 import pytest
 from daemon import Daemon
 from harness import Rank
-from orbitkv.sglang import StartupRefused
+from orbitkv.sglang import OrbitKVStorage, StartupRefused
+from orbitkv.sglang.settings import host_pages
+from sglang.srt.mem_cache.hicache_storage import PoolName
+from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 
 
 def test_without_prefix_keys_a_pages_position_is_unknown(daemon: Daemon, model_dir: Path) -> None:
@@ -32,6 +36,36 @@ def test_a_model_whose_content_cannot_be_read(
     (broken / "model.safetensors").symlink_to(tmp_path / "gone")
     with pytest.raises(StartupRefused, match="ORBITKV_MODEL_FINGERPRINT"):
         Rank(broken, "unreadable", daemon.socket)
+
+
+def test_hybrid_pools_beside_the_kv_pool_are_refused(daemon: Daemon, model_dir: Path) -> None:
+    r = Rank(model_dir, "hybrid", daemon.socket)
+    try:
+        r.backend.register_mem_host_pool_v2(r.host, PoolName.KV)
+        with pytest.raises(StartupRefused, match="hybrid"):
+            r.backend.register_mem_host_pool_v2(r.host, PoolName.SWA)
+    finally:
+        r.close()
+
+
+def test_pipeline_parallelism_is_refused(daemon: Daemon, model_dir: Path) -> None:
+    r = Rank(model_dir, "pp", daemon.socket)
+    r.close()
+    with pytest.raises(StartupRefused, match="--pp-size 1"):
+        OrbitKVStorage(dataclasses.replace(r.backend.config, pp_size=2))
+
+
+def test_a_host_pool_subclass_is_refused(daemon: Daemon, model_dir: Path) -> None:
+    """A subclass (the MXFP8 pool) keeps parts of its pages elsewhere (scales)."""
+
+    class Scaled(MHATokenToKVPoolHost):
+        pass
+
+    r = Rank(model_dir, "scaled", daemon.socket)
+    r.close()
+    r.host.__class__ = Scaled
+    with pytest.raises(StartupRefused, match="Scaled is not mapped"):
+        host_pages(r.host)
 
 
 def test_the_daemon_being_away_is_not_a_refusal(model_dir: Path, tmp_path: Path) -> None:

@@ -22,11 +22,13 @@ def vllm_instance(engine_id: str) -> str:
 
 
 def sglang_instance(extra_config: Mapping[str, object] | None, port: int, dp_rank: int) -> str:
-    """An SGLang instance's name: the storage backend's extra config key `instance`, else
+    """An SGLang instance's name: the storage backend's extra config key `instance` (suffixed
+    `-dp<dp_rank>` past data-parallel rank 0: each rank is an instance), else
     `sglang-<port>-dp<dp_rank>` (the server's port is unique on the node)."""
     configured = (extra_config or {}).get("instance")
     if configured is None:
         return _checked(f"sglang-{port}-dp{dp_rank}", "the server's port and data-parallel rank")
     if not isinstance(configured, str):
         raise InvalidInput(f"extra config `instance`: a string, not {configured!r}")
-    return _checked(configured, "the extra config key `instance`")
+    name = f"{configured}-dp{dp_rank}" if dp_rank else configured
+    return _checked(name, "the extra config key `instance`")

@@ -114,8 +114,11 @@ class Session:
             self.lost(str(e))
             return None
 
-    def lost(self, why: str) -> None:
-        """Drops the connection; the next `sealed()` after the back-off registers again."""
+    def lost(self, why: str, conn: orbitkv.Connection | None = None) -> None:
+        """Drops the connection (only if it is still `conn`, when given: another thread may
+        have reconnected since); the next `sealed()` after the back-off registers again."""
+        if conn is not None and conn is not self.conn:
+            return
         if self.conn is not None:
             log.warning("OrbitKV: daemon connection lost (%s); registering again", why)
             self.conn.close()

@@ -41,6 +41,11 @@ _MLA_RECORD_ORDER = {
 }
 
 
+# The host pool classes mapped, and whether each is MLA's (exact classes: a subclass such as the
+# MXFP8 pool keeps scales beside the pages).
+_HOST_POOLS = {"MHATokenToKVPoolHost": False, "MLATokenToKVPoolHost": True}
+
+
 def _refuse(why: str, change: str) -> StartupRefused:
     return refuse("OrbitKVStorage", why, change)
 
@@ -98,6 +103,26 @@ def watch_weight_updates() -> None:
     weights.watch(SchedulerWeightUpdaterManager, WEIGHT_UPDATES)
 
 
+def _dp_rank(config: HiCacheStorageConfig) -> int:
+    """This server's data-parallel rank: the storage config's (dp-attention), else the runtime
+    context's (plain data parallelism gives every rank's storage config 0)."""
+    if config.dp_rank:
+        return int(config.dp_rank)
+    from sglang.srt.runtime_context import get_parallel
+
+    try:
+        return int(get_parallel().dp_rank or 0)
+    except Exception:  # not published: one data-parallel rank
+        return 0
+
+
+def hybrid_refusal(pool: str) -> StartupRefused:
+    return _refuse(
+        f"the host pool {pool!r} beside the KV pages (hybrid models) is not mapped yet",
+        "run a model of full attention only, or without the OrbitKV backend",
+    )
+
+
 def weight_version() -> str:
     """The weight version SGLang's runtime context holds now."""
     from sglang.srt.runtime_context import get_serving
@@ -131,6 +156,12 @@ def settings_from(config: HiCacheStorageConfig) -> Settings:
             "the v1 storage calls (zero-copy host pages) are not selected",
             'add "interface_v1": 1 to --hicache-storage-backend-extra-config',
         )
+    if config.pp_size > 1:
+        raise _refuse(
+            "pipeline parallelism is not mapped yet (each stage's layers would need their own "
+            "records)",
+            "run with --pp-size 1, or without the OrbitKV backend",
+        )
     if config.attn_cp_size > 1 or config.dcp_size > 1:
         raise _refuse(
             "context parallelism shards a page's tokens across ranks, which is not mapped yet",
@@ -142,7 +173,7 @@ def settings_from(config: HiCacheStorageConfig) -> Settings:
     model = get_model()
     port = int(getattr(get_serving(), "port", 0) or 0)
     return Settings(
-        instance=sglang_instance(extra, port, int(config.dp_rank)),
+        instance=sglang_instance(extra, port, _dp_rank(config)),
         socket=socket,
         model=str(model.model_path),
         revision=model.revision,
@@ -183,8 +214,15 @@ class HostPages:
 
 def host_pages(host: HostKVCache) -> HostPages:
     """The geometry of an MHA or MLA host pool's pages, or `StartupRefused`."""
+    kind = type(host).__name__
+    if kind not in _HOST_POOLS:
+        raise _refuse(
+            f"the host pool {kind} is not mapped (its pages have parts this backend does not "
+            "store)",
+            "use bf16/fp16 or fp8 KV without separate scales, or run without the OrbitKV backend",
+        )
     layout = str(host.layout)
-    mla = hasattr(host, "kv_cache_dim")
+    mla = _HOST_POOLS[kind]
     orders = _MLA_RECORD_ORDER if mla else _RECORD_ORDER
     if layout not in orders:
         raise _refuse(

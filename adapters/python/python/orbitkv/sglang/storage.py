@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
+from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, PoolTransferResult
 
 import orbitkv
 from orbitkv import weights
@@ -30,6 +30,7 @@ from orbitkv.sglang.settings import (
     POOL,
     HostPages,
     host_pages,
+    hybrid_refusal,
     identity,
     settings_from,
     state_format,
@@ -40,7 +41,11 @@ from orbitkv.sglang.settings import (
 
 if TYPE_CHECKING:
     import torch
-    from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig, HiCacheStorageExtraInfo
+    from sglang.srt.mem_cache.hicache_storage import (
+        HiCacheStorageConfig,
+        HiCacheStorageExtraInfo,
+        PoolTransfer,
+    )
     from sglang.srt.mem_cache.pool_host.base import HostKVCache
 
 log = logging.getLogger("orbitkv.sglang")
@@ -51,6 +56,9 @@ LOAD_WAIT = 30.0
 COPIED_WAIT = 30.0
 # How long registration waits for its seal at start-up (it goes on in the background).
 SEAL_WAIT = 5.0
+# How long a call whose reply never came waits for the daemon to let go of its pages (a
+# lease's time to live).
+SETTLE_WAIT = 30.0
 
 
 class OrbitKVStorage(HiCacheStorage):
@@ -107,6 +115,13 @@ class OrbitKVStorage(HiCacheStorage):
         if self.session.sealed(wait=SEAL_WAIT) is None:
             log.warning("OrbitKV: rank %d not sealed yet; registering in the background", s.rank)
 
+    def register_mem_host_pool_v2(self, host_pool: HostKVCache, host_pool_name: object) -> None:
+        """SGLang registers every host pool here too; a pool beside the KV one (sliding window,
+        Mamba, indexer) is not mapped yet, and refused at start-up."""
+        if str(getattr(host_pool_name, "value", host_pool_name)) != "kv":
+            raise hybrid_refusal(str(host_pool_name))
+        super().register_mem_host_pool_v2(host_pool, host_pool_name)
+
     def _register_pool(self, conn: orbitkv.Connection, seal: orbitkv.Sealed) -> None:
         self.pool_ready = False
         if self.pages is None or self.states is None:
@@ -147,17 +162,44 @@ class OrbitKVStorage(HiCacheStorage):
             return orbitkv.RANK_REPLICATED
         return self.s.rank
 
-    def _chain(self, keys: list[str], extra_info: HiCacheStorageExtraInfo | None) -> list[bytes]:
-        """The page hashes from the sequence start: SGLang's `prefix_keys`, then `keys`. (Its
-        hybrid controller passes `None` for a chain that starts at the root.)"""
-        prefix = (extra_info.prefix_keys if extra_info is not None else None) or []
+    def _chain(self, keys: list[str], prefix: list[str]) -> list[bytes]:
+        """The page hashes from the sequence start: the hashes before `keys`, then `keys`."""
         return [bytes.fromhex(k) for k in [*prefix, *keys]]
 
-    def _fail(self, call: str, e: BaseException) -> None:
+    def _ask(
+        self, conn: orbitkv.Connection, request: int, timeout: float
+    ) -> orbitkv._native._Reply | None:
+        """The reply to `request`, or `None` when it has not come within `timeout` (it is
+        then forgotten, not left in the connection)."""
+        try:
+            return conn.wait(request, timeout=timeout)
+        except orbitkv.TimedOut:
+            conn.forget(request)
+            return None
+
+    def _settle(self, pages: list[int]) -> None:
+        """After a Load or Publish whose reply never came: waits until the daemon holds none
+        of `pages` and moves each to a new generation, so no late copy of the daemon's lands
+        in a page SGLang reuses (a leased page refuses the move)."""
+        if self.states is None:
+            return
+        deadline = time.monotonic() + SETTLE_WAIT
+        for page in pages:
+            while True:
+                try:
+                    self.states.reuse(page)
+                    break
+                except orbitkv.OrbitKVError:
+                    if time.monotonic() > deadline:
+                        log.error("OrbitKV: host page %d stays leased by the daemon", page)
+                        break
+                    time.sleep(0.005)
+
+    def _fail(self, call: str, e: BaseException, conn: orbitkv.Connection | None = None) -> None:
         self.stats["errors"] += 1
         if isinstance(e, orbitkv.ConnectionLost) and self.session is not None:
             with self._lock:
-                self.session.lost(str(e))
+                self.session.lost(str(e), conn)
         log.warning("OrbitKV: %s failed (%s: %s)", call, type(e).__name__, e)
 
     # -- SGLang's storage calls ------------------------------------------------------------------
@@ -166,27 +208,28 @@ class OrbitKVStorage(HiCacheStorage):
         self, keys: list[str], extra_info: HiCacheStorageExtraInfo | None = None
     ) -> int:
         """The leading pages of `keys` the daemon proves (for every rank)."""
+        conn = None
         try:
             live = self._live()
             if live is None or not keys:
                 return 0
             conn, seal = live
-            chain = self._chain(keys, extra_info)
-            ps, origin = self.s.page_size, (len(chain) - len(keys)) * self.s.page_size
+            # SGLang's hybrid controller passes `None` for a chain that starts at the root.
+            prefix = extra_info.prefix_keys if extra_info is not None else None
+            chain = self._chain(keys, prefix or [])
+            ps, first = self.s.page_size, len(chain) - len(keys)
             self.stats["queries"] += 1
-            reply = conn.wait(
-                conn.submit_query(
-                    seal.token, seal.epoch, origin, len(chain) * ps, [(GROUP, chain)]
-                ),
-                timeout=QUERY_WAIT,
+            request = conn.submit_query(
+                seal.token, seal.epoch, first * ps, len(chain) * ps, [(GROUP, chain)]
             )
+            reply = self._ask(conn, request, QUERY_WAIT)
             if not isinstance(reply, orbitkv.Proof):
                 return 0
-            hit = max(0, min(len(keys), reply.boundary // ps - (len(chain) - len(keys))))
+            hit = max(0, min(len(keys), reply.boundary // ps - first))
             self.stats["hit_pages"] += hit
             return hit
         except Exception as e:  # never into SGLang's thread
-            self._fail("batch_exists", e)
+            self._fail("batch_exists", e, conn)
             return 0
 
     def batch_get_v1(
@@ -198,19 +241,22 @@ class OrbitKVStorage(HiCacheStorage):
         """Loads the proven leading pages of `keys` into the host pages `host_indices` names
         (token slots, a page's run each); true per page loaded."""
         done = [False] * len(keys)
+        conn, loading = None, []
         try:
             live = self._live()
-            if live is None or self.states is None or self.pages is None or not keys:
+            prefix = extra_info.prefix_keys if extra_info is not None else None
+            # Without the hashes before `keys` their position is unknown: a miss.
+            if live is None or self.pages is None or self.states is None or prefix is None:
+                return done
+            if not keys:
                 return done
             conn, seal = live
-            chain = self._chain(keys, extra_info)
-            ps, first = self.s.page_size, len(chain) - len(keys)
-            leased = conn.wait(
-                conn.submit_acquire(
-                    seal.token, seal.epoch, first * ps, len(chain) * ps, [(GROUP, chain)]
-                ),
-                timeout=QUERY_WAIT,
+            chain = self._chain(keys, prefix)
+            ps, first = self.s.page_size, len(prefix)
+            request = conn.submit_acquire(
+                seal.token, seal.epoch, first * ps, len(chain) * ps, [(GROUP, chain)]
             )
+            leased = self._ask(conn, request, QUERY_WAIT)
             if not isinstance(leased, orbitkv.Leased):
                 return done
             try:
@@ -225,36 +271,30 @@ class OrbitKVStorage(HiCacheStorage):
                         if 0 <= i < len(keys):
                             page = int(slots[i * ps]) // ps
                             generation = self.states.reuse(page)
+                            layers = self.pages.layers
                             pages.append(
-                                (
-                                    block,
-                                    GROUP,
-                                    load.rank,
-                                    POOL,
-                                    page,
-                                    generation,
-                                    0,
-                                    self.pages.layers,
-                                )
+                                (block, GROUP, load.rank, POOL, page, generation, 0, layers)
                             )
                             wanted.append(i)
                 if pages:
-                    statuses = conn.wait(
-                        conn.submit_load(seal.token, seal.epoch, leased.lease, pages),
-                        timeout=LOAD_WAIT,
-                    )
+                    loading = [p[4] for p in pages]
+                    request = conn.submit_load(seal.token, seal.epoch, leased.lease, pages)
+                    statuses = self._ask(conn, request, LOAD_WAIT)
                     if isinstance(statuses, orbitkv.Pages):
+                        loading = []
                         for i, status in zip(wanted, statuses.statuses, strict=False):
                             done[i] = status == "ok"
             finally:
-                conn.submit_release(seal.token, leased.lease)
+                conn.forget(conn.submit_release(seal.token, leased.lease))
             loaded = sum(done)
             self.stats["loaded_pages"] += loaded
             self.stats["load_failures"] += len(wanted) - loaded
             return done
         except Exception as e:  # never into SGLang's thread
-            self._fail("batch_get_v1", e)
+            self._fail("batch_get_v1", e, conn)
             return done
+        finally:
+            self._settle(loading)
 
     def batch_set_v1(
         self,
@@ -265,14 +305,19 @@ class OrbitKVStorage(HiCacheStorage):
         """Publishes the host pages `host_indices` names as the pages `keys`; returns once
         they are copied out (true per page stored)."""
         done = [False] * len(keys)
+        conn, copying = None, []
         try:
             live = self._live()
-            # MLA: one copy for every rank, stored by the storage writer alone.
+            prefix = extra_info.prefix_keys if extra_info is not None else None
+            # MLA: one copy for every rank, stored by the storage writer alone. Without the
+            # hashes before `keys` their position is unknown: nothing is stored.
             if live is None or self.states is None or not keys or not self.s.writer:
                 return done
+            if prefix is None:
+                return done
             conn, seal = live
-            chain = self._chain(keys, extra_info)
-            ps, first = self.s.page_size, len(chain) - len(keys)
+            chain = self._chain(keys, prefix)
+            ps, first = self.s.page_size, len(prefix)
             slots = host_indices.tolist()
             pages = []
             for i in range(len(keys)):
@@ -280,34 +325,29 @@ class OrbitKVStorage(HiCacheStorage):
                 page = int(slots[i * ps]) // ps
                 generation = self.states.reuse(page)
                 parent = chain[n - 1] if n else b""
+                rank = self._record_rank
                 pages.append(
-                    (
-                        GROUP,
-                        self._record_rank,
-                        chain[n],
-                        parent,
-                        n * ps,
-                        (n + 1) * ps,
-                        POOL,
-                        page,
-                        generation,
-                    )
+                    (GROUP, rank, chain[n], parent, n * ps, (n + 1) * ps, POOL, page, generation)
                 )
+            copying = [p[7] for p in pages]
             request = conn.submit_publish(seal.token, seal.epoch, pages)
-            copied = conn.wait(request, timeout=COPIED_WAIT)
-            # Durability is the daemon's own: its reply is taken later, never waited for here.
-            with self._lock:
-                self.durable_wait.append(request)
-            self.wait_durable(0.0)
+            copied = self._ask(conn, request, COPIED_WAIT)
             if isinstance(copied, orbitkv.Pages):
+                copying = []
                 done = [status == "ok" for status in copied.statuses]
+                # Durability is the daemon's own: its reply is taken later, never waited for.
+                with self._lock:
+                    self.durable_wait.append(request)
+                self.wait_durable(0.0)
             stored = sum(done)
             self.stats["published_pages"] += stored
             self.stats["publish_failures"] += len(keys) - stored
             return done
         except Exception as e:  # never into SGLang's thread
-            self._fail("batch_set_v1", e)
+            self._fail("batch_set_v1", e, conn)
             return done
+        finally:
+            self._settle(copying)
 
     def wait_durable(self, timeout: float) -> bool:
         """Takes the PublishDurable replies that have come, waiting up to `timeout` for all;
@@ -334,6 +374,26 @@ class OrbitKVStorage(HiCacheStorage):
         with self._lock:
             self.durable_wait += still
             return not self.durable_wait
+
+    # -- the v2 calls (hybrid pools, refused at start-up): misses, never an exception ---------
+
+    def batch_exists_v2(
+        self,
+        keys: list[str],
+        pool_transfers: list[PoolTransfer] | None = None,
+        extra_info: HiCacheStorageExtraInfo | None = None,
+    ) -> PoolTransferResult:
+        return PoolTransferResult.empty()
+
+    def batch_get_v2(
+        self, transfers: list[PoolTransfer], extra_info: HiCacheStorageExtraInfo | None = None
+    ) -> dict[str, list[bool]]:
+        return {str(t.name): [False] * len(t.keys or []) for t in transfers}
+
+    def batch_set_v2(
+        self, transfers: list[PoolTransfer], extra_info: HiCacheStorageExtraInfo | None = None
+    ) -> dict[str, list[bool]]:
+        return {str(t.name): [False] * len(t.keys or []) for t in transfers}
 
     # -- the calls before v1: not served (start-up requires `interface_v1`) ---------------------
 

@@ -45,6 +45,7 @@ class Placement:
 
     @property
     def span(self) -> int:
+        """Bytes from the origin the pages cover (the spec validated: every run inside)."""
         return self.spec.pages * self.spec.page_bytes
 
 
@@ -113,6 +114,10 @@ class PageMemory:
     def fence(self) -> Fence | None:
         """What a Publish of the blocks written so far must wait for; `None`: nothing."""
         return None
+
+    def before_load(self) -> None:
+        """Waits until the engine's work queued so far is done, when the daemon's copies into
+        its memory are not ordered after it (nothing for host memory)."""
 
 
 class StagedMemory(PageMemory):
@@ -206,6 +211,13 @@ class DeviceMemory(PageMemory):
         event = torch.cuda.Event()
         event.record(torch.cuda.current_stream(self.layers[0].device))
         return event
+
+    def before_load(self) -> None:
+        """A block handed to a new request may still be read by a step in flight (async
+        scheduling): the daemon's copy into it waits for the stream."""
+        fence = self.fence()
+        if fence is not None:
+            fence.synchronize()
 
 
 def ipc_handle(shared: bytes) -> bytes | None:

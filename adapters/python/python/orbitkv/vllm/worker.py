@@ -46,10 +46,12 @@ PublishPage = tuple[int, int, bytes, bytes, int, int, int, int, int]
 
 @dataclass
 class Published:
-    """A Publish in flight: its request id with the daemon and the vLLM requests it serves."""
+    """A Publish in flight: its request id with the daemon, the vLLM requests it serves and the
+    blocks it copies out of."""
 
     request_id: int
     requests: set[str]
+    blocks: list[int]
 
 
 @dataclass
@@ -178,6 +180,7 @@ class WorkerSide:
                 self.stats.add("load_failures", len(mine))
                 continue
             conn, seal = live
+            self.memory.before_load()
             pages, staged = [], []
             for index, block, rank in mine:
                 generation = self._fresh(block)
@@ -198,6 +201,8 @@ class WorkerSide:
                 self.session.lost(str(e))
                 statuses = None
             if not isinstance(statuses, orbitkv.Pages):
+                # No reply: the daemon may still copy. vLLM recomputes into these blocks.
+                self._settle([block for _, block, _ in mine])
                 self.load_errors.update(block for _, block, _ in mine)
                 self.stats.add("load_failures", len(mine))
                 continue
@@ -253,7 +258,7 @@ class WorkerSide:
         except orbitkv.OrbitKVError as e:
             self.session.lost(str(e))
             return
-        self.in_flight.append(Published(rid, requests))
+        self.in_flight.append(Published(rid, requests, [p[7] for p in pages]))
         self.stats.add("published_bytes", len(pages) * self.shape.layer_bytes * self._layers)
 
     def _flush(self, wait: bool) -> None:
@@ -268,11 +273,35 @@ class WorkerSide:
                 still.append(p)
         self.pending = still
 
+    def _settle(self, blocks: list[int]) -> None:
+        """After a Load or Publish whose reply will not come: waits until the daemon holds none
+        of `blocks` and moves each to a new generation, so no late copy of the daemon's lands
+        in a block vLLM reuses (a leased page refuses the move)."""
+        if self.pool is None:
+            return
+        deadline = time.monotonic() + COPIED_WAIT
+        for block in blocks:
+            while True:
+                try:
+                    self.pool.reuse(block)
+                    break
+                except orbitkv.OrbitKVError:
+                    if time.monotonic() > deadline:
+                        log.error("OrbitKV: block %d stays leased by the daemon", block)
+                        break
+                    time.sleep(0.005)
+
     def _poll(self, timeout: float = 0.0) -> None:
         """Sends the publishes whose step has finished (waiting for them all when `timeout` is
         not 0), takes the PublishCopied replies that have come (waiting up to `timeout` for
         all), and the PublishDurable replies that have come."""
         self._flush(wait=timeout > 0)
+        conn = self.session.conn
+        if self.in_flight and (conn is None or conn.closed is not None):
+            # The connection is gone with the PublishCopied replies: blocks are freed only
+            # once the daemon holds none of them.
+            for p in self.in_flight:
+                self._settle(p.blocks)
         self.in_flight, copied = self._replies(self.in_flight, timeout)
         self.durable_wait += [p for p, _ in copied]
         self.durable_wait, durable = self._replies(self.durable_wait, 0.0)
