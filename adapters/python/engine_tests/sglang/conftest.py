@@ -1,39 +1,9 @@
 """The SGLang backend's tests: the real SGLang 0.5.23 classes on CPU (one pytest process), each
-test module with its own `orbitkv serve`."""
+test module with its own `orbitkv serve` (`../conftest.py`)."""
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-os.environ.setdefault(
-    "SGLANG_CACHE_DIR", str(Path(os.environ.get("TMPDIR", "/tmp")) / "sglang-cache")
-)
-
-import pytest
-
-HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[1] / "tests"))
-
-from daemon import Daemon  # noqa: E402  (the package tests' daemon)
-from models import tiny_deepseek, tiny_llama  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    d = Daemon(tmp_path_factory.mktemp("orbitkv"))
-    yield d
-    d.stop()
-
-
-@pytest.fixture(scope="session")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
-
-
-@pytest.fixture(scope="session")
-def mla_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_deepseek(tmp_path_factory.mktemp("tiny-deepseek"))
+sys.path.insert(0, str(Path(__file__).parent))

@@ -1,6 +1,7 @@
 """One rank's registration with the daemon, never blocking the engine: the register is
 submitted, its seal polled, and a lost daemon reconnected to after a back-off. The engine
-adapters (`orbitkv.vllm`, `orbitkv.sglang`) hold one per rank."""
+adapters (`orbitkv.vllm`, `orbitkv.sglang`) hold one per rank, and take their replies and let
+go of their pages with the functions below."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import orbitkv
+
+if TYPE_CHECKING:
+    from orbitkv._native import _Reply
 
 log = logging.getLogger("orbitkv")
 
@@ -130,3 +134,43 @@ class Session:
         if self.conn is not None:
             self.conn.close()
         self.conn, self.seal = None, None
+
+
+def take_replies(
+    conn: orbitkv.Connection, requests: list[int], timeout: float
+) -> tuple[list[int], dict[int, _Reply]]:
+    """(the requests whose next reply has not come within `timeout`, the others' replies). A
+    request the connection failed on is in neither."""
+    deadline = time.monotonic() + timeout
+    still: list[int] = []
+    arrived: dict[int, _Reply] = {}
+    for request in requests:
+        left = deadline - time.monotonic()
+        try:
+            reply = conn.wait(request, left) if left > 0 else conn.poll(request)
+        except orbitkv.TimedOut:
+            reply = None
+        except orbitkv.OrbitKVError:
+            continue
+        if reply is None:
+            still.append(request)
+        else:
+            arrived[request] = reply
+    return still, arrived
+
+
+def settle(pool: orbitkv.HostPool, pages: list[int], timeout: float) -> None:
+    """After a Load or Publish whose reply will not come: waits (up to `timeout`) until the
+    daemon holds none of `pages` and moves each to a new generation, so no late copy of the
+    daemon's lands in a page the engine reuses (a leased page refuses the move)."""
+    deadline = time.monotonic() + timeout
+    for page in pages:
+        while True:
+            try:
+                pool.reuse(page)
+                break
+            except orbitkv.OrbitKVError:
+                if time.monotonic() > deadline:
+                    log.error("OrbitKV: page %d stays leased by the daemon", page)
+                    break
+                time.sleep(0.005)

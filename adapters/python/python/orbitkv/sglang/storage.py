@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -23,7 +22,7 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, PoolTransferRes
 
 import orbitkv
 from orbitkv import weights
-from orbitkv.session import Registration, Session
+from orbitkv.session import Registration, Session, settle, take_replies
 from orbitkv.sglang.settings import (
     DOMAIN,
     GROUP,
@@ -178,22 +177,10 @@ class OrbitKVStorage(HiCacheStorage):
             return None
 
     def _settle(self, pages: list[int]) -> None:
-        """After a Load or Publish whose reply never came: waits until the daemon holds none
-        of `pages` and moves each to a new generation, so no late copy of the daemon's lands
-        in a page SGLang reuses (a leased page refuses the move)."""
-        if self.states is None:
-            return
-        deadline = time.monotonic() + SETTLE_WAIT
-        for page in pages:
-            while True:
-                try:
-                    self.states.reuse(page)
-                    break
-                except orbitkv.OrbitKVError:
-                    if time.monotonic() > deadline:
-                        log.error("OrbitKV: host page %d stays leased by the daemon", page)
-                        break
-                    time.sleep(0.005)
+        """Lets go of `pages` after a call whose reply never came (SGLang reuses host pages as
+        soon as the call returns)."""
+        if pages and self.states is not None:
+            settle(self.states, pages, SETTLE_WAIT)
 
     def _fail(self, call: str, e: BaseException, conn: orbitkv.Connection | None = None) -> None:
         self.stats["errors"] += 1
@@ -357,19 +344,9 @@ class OrbitKVStorage(HiCacheStorage):
             conn = self.session.conn if self.session is not None else None
         if conn is None or conn.closed is not None:
             return True
-        deadline = time.monotonic() + timeout
-        still = []
-        for request in waiting:
-            left = deadline - time.monotonic()
-            try:
-                reply = conn.wait(request, left) if left > 0 else conn.poll(request)
-            except orbitkv.TimedOut:
-                reply = None
-            except orbitkv.OrbitKVError:
-                continue
-            if reply is None:
-                still.append(request)
-            elif isinstance(reply, orbitkv.Pages) and not reply.all_ok:
+        still, arrived = take_replies(conn, waiting, timeout)
+        for reply in arrived.values():
+            if isinstance(reply, orbitkv.Pages) and not reply.all_ok:
                 self.stats["durable_failures"] += sum(st != "ok" for st in reply.statuses)
         with self._lock:
             self.durable_wait += still

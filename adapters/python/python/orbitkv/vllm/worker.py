@@ -8,12 +8,11 @@ a late daemon copy never lands in a page reused since."""
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orbitkv
-from orbitkv.session import Registration, Session
+from orbitkv.session import Registration, Session, settle, take_replies
 from orbitkv.vllm import weights
 from orbitkv.vllm.metadata import OrbitKVMetadata
 from orbitkv.vllm.pages import POOL, Fence, PageMemory, StagedMemory, page_memory
@@ -168,6 +167,8 @@ class WorkerSide:
 
     def load(self, meta: OrbitKVMetadata) -> None:
         """The step's loads, before its forward pass; a page not loaded is a load error."""
+        # Device memory: once a step, the daemon's copies wait for the work queued before them.
+        stream_done = False
         for spec in meta.loads:
             self.load_errors.update(spec.lost)
             mine = [p for p in spec.pages if p[2] == self.rank]
@@ -180,7 +181,9 @@ class WorkerSide:
                 self.stats.add("load_failures", len(mine))
                 continue
             conn, seal = live
-            self.memory.before_load()
+            if not stream_done:
+                self.memory.before_load()
+                stream_done = True
             pages, staged = [], []
             for index, block, rank in mine:
                 generation = self._fresh(block)
@@ -274,22 +277,10 @@ class WorkerSide:
         self.pending = still
 
     def _settle(self, blocks: list[int]) -> None:
-        """After a Load or Publish whose reply will not come: waits until the daemon holds none
-        of `blocks` and moves each to a new generation, so no late copy of the daemon's lands
-        in a block vLLM reuses (a leased page refuses the move)."""
-        if self.pool is None:
-            return
-        deadline = time.monotonic() + COPIED_WAIT
-        for block in blocks:
-            while True:
-                try:
-                    self.pool.reuse(block)
-                    break
-                except orbitkv.OrbitKVError:
-                    if time.monotonic() > deadline:
-                        log.error("OrbitKV: block %d stays leased by the daemon", block)
-                        break
-                    time.sleep(0.005)
+        """Lets go of `blocks` after a Load or Publish whose reply will not come, before vLLM
+        reuses them."""
+        if blocks and self.pool is not None:
+            settle(self.pool, blocks, COPIED_WAIT)
 
     def _poll(self, timeout: float = 0.0) -> None:
         """Sends the publishes whose step has finished (waiting for them all when `timeout` is
@@ -332,20 +323,9 @@ class WorkerSide:
         conn = self.session.conn
         if conn is None or conn.closed is not None:
             return [], []
-        deadline = time.monotonic() + timeout
-        still, arrived = [], []
-        for p in waiting:
-            try:
-                left = deadline - time.monotonic()
-                reply = conn.wait(p.request_id, left) if left > 0 else conn.poll(p.request_id)
-            except orbitkv.TimedOut:
-                reply = None
-            except orbitkv.OrbitKVError:
-                continue
-            if reply is None:
-                still.append(p)
-            else:
-                arrived.append((p, reply))
+        left, replies = take_replies(conn, [p.request_id for p in waiting], timeout)
+        still = [p for p in waiting if p.request_id in left]
+        arrived = [(p, replies[p.request_id]) for p in waiting if p.request_id in replies]
         return still, arrived
 
     def preempted(self, meta: OrbitKVMetadata) -> None:
