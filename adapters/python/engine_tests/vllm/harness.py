@@ -191,6 +191,10 @@ class Instance:
                 for r, w in enumerate(self.workers)
             }
         )
+        # A running engine's workers have read their seal and registered their pools by the
+        # time requests come; without it the first loads fail (and are recomputed).
+        for w in self.workers:
+            w.worker.session.sealed(wait=10.0)
         hash_fn = get_hash_fn_by_name(cfg.cache_config.prefix_caching_hash_algo)
         init_none_hash(hash_fn)
         self.hasher = get_request_block_hasher(hash_bs, hash_fn, cfg.num_hash_lookahead_tokens)
