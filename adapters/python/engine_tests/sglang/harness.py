@@ -13,8 +13,14 @@ from pathlib import Path
 import orbitkv
 import torch
 from orbitkv.sglang import storage
-from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig, HiCacheStorageExtraInfo
+from sglang.srt.mem_cache.device_pool_info import MambaStateBufferInfo
+from sglang.srt.mem_cache.hicache_storage import (
+    HiCacheStorageConfig,
+    HiCacheStorageExtraInfo,
+    PoolName,
+)
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
+from sglang.srt.mem_cache.pool_host.mamba import MambaPoolHost
 from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost
 from sglang.srt.mem_cache.storage import StorageBackendFactory
@@ -24,6 +30,8 @@ PAGE = 16
 LAYERS, HEADS, HEAD = 2, 2, 32
 # An MLA model's latent and RoPE widths.
 LORA, ROPE = 64, 16
+# A hybrid model's Mamba state: its recurrent state per layer and its convolution state.
+SSM_SHAPE, CONV_SHAPE, STATE_SLOTS = (2, 8, 16), (3, 64), 32
 
 
 def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -70,6 +78,9 @@ class Rank:
     head_groups: int = 1
     # An MLA model (`model` a DeepSeek-V2 configuration): one latent row per token and layer.
     mla: bool = False
+    # A hybrid model: a sliding-window host pool and a Mamba host pool beside the KV one,
+    # registered as SGLang's hybrid cache controller registers them.
+    hybrid: bool = False
     args: dict[str, object] = field(default_factory=dict)
     extra: dict[str, object] = field(default_factory=dict)
 
@@ -149,6 +160,55 @@ class Rank:
         )
         self.backend = StorageBackendFactory.create_backend("dynamic", config, self.host)
         self.backend.register_mem_pool_host(self.host)
+        if self.hybrid:
+            self.swa, self.mamba = self._sidecars(torch_dtype)
+            self.backend.register_mem_host_pool_v2(self.host, PoolName.KV)
+            self.backend.register_mem_host_pool_v2(self.swa, PoolName.SWA)
+            self.backend.register_mem_host_pool_v2(self.mamba, PoolName.MAMBA)
+        self.backend.on_host_pools_registered()
+
+    def _sidecars(self, dtype: torch.dtype) -> tuple[MHATokenToKVPoolHost, MambaPoolHost]:
+        """A sliding-window host pool (SGLang's MHA host pool over a device pool of its own)
+        and a Mamba host pool, both in shared memory."""
+        swa_device = MHATokenToKVPool(
+            size=256,
+            page_size=self.page,
+            dtype=dtype,
+            head_num=HEADS // self.tp,
+            head_dim=HEAD,
+            layer_num=LAYERS,
+            device="cpu",
+            enable_memory_saver=False,
+            enable_alt_stream=False,
+        )
+        swa = MHATokenToKVPoolHost(
+            swa_device.get_device_pool_infos()[0].buffer_info,
+            self.ratio,
+            0,
+            self.page,
+            self.layout,
+            pin_memory=False,
+            device="cpu",
+            allocator_type="shm",
+            device_capacity_tokens=swa_device.size,
+            start_layer=swa_device.start_layer,
+            end_layer=swa_device.end_layer,
+        )
+        info = MambaStateBufferInfo(
+            temporal=torch.zeros(LAYERS, STATE_SLOTS, *SSM_SHAPE, dtype=torch.float32),
+            conv=(torch.zeros(LAYERS, STATE_SLOTS, *CONV_SHAPE, dtype=dtype),),
+        )
+        mamba = MambaPoolHost(
+            info,
+            self.ratio,
+            0,
+            device_capacity=STATE_SLOTS,
+            pin_memory=False,
+            device="cpu",
+            allocator_type="shm",
+            layout="page_first",
+        )
+        return swa, mamba
 
     def sealed(self, wait: float) -> bool:
         session = self.backend.session

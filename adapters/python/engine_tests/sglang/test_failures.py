@@ -16,6 +16,7 @@ import pytest
 from daemon import Daemon
 from harness import PAGE, Rank, same_bytes
 from orbitkv import weights
+from orbitkv.sglang.settings import POOL
 from sglang.srt.managers.scheduler_components.weight_updater import SchedulerWeightUpdaterManager
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorageExtraInfo
 from sglang.srt.runtime_context import get_context
@@ -134,8 +135,7 @@ def test_a_publish_whose_reply_never_comes_lets_go_of_its_pages(
     the pages and each has a new generation: SGLang reuses them at once, and a late copy of
     the daemon's is refused by the fence."""
     r = Rank(model_dir, "no-reply", daemon.socket)
-    backend, states = r.backend, r.backend.states
-    assert states is not None
+    backend, states = r.backend, r.backend.states[POOL]
     monkeypatch.setattr(backend, "_ask", lambda conn, request, timeout: None)
     try:
         keys = r.keys([t + 11 for t in TOKENS])

@@ -38,11 +38,19 @@ def test_a_model_whose_content_cannot_be_read(
         Rank(broken, "unreadable", daemon.socket)
 
 
-def test_hybrid_pools_beside_the_kv_pool_are_refused(daemon: Daemon, model_dir: Path) -> None:
+def test_host_pools_not_mapped_are_refused_by_name(daemon: Daemon, model_dir: Path) -> None:
+    """An indexer pool; a sliding-window pool of a model with no window in its config; any
+    pool added once the rank has registered (its layout is sealed)."""
     r = Rank(model_dir, "hybrid", daemon.socket)
     try:
         r.backend.register_mem_host_pool_v2(r.host, PoolName.KV)
-        with pytest.raises(StartupRefused, match="hybrid"):
+        with pytest.raises(StartupRefused, match="'swa' beside the KV pages came after"):
+            r.backend.register_mem_host_pool_v2(r.host, PoolName.SWA)
+        # As before the rank registered:
+        r.backend.register_mem_pool_host(r.host)
+        with pytest.raises(StartupRefused, match="'indexer'"):
+            r.backend.register_mem_host_pool_v2(r.host, PoolName.INDEXER)
+        with pytest.raises(StartupRefused, match="sliding window cannot be read"):
             r.backend.register_mem_host_pool_v2(r.host, PoolName.SWA)
     finally:
         r.close()

@@ -37,6 +37,8 @@ class Registration:
     model: str
     revision: str | None
     formats: tuple[bytes, ...] = ()
+    # One (group, rule, parameter) per group; none: every group is a prefix.
+    rules: tuple[tuple[int, str, int], ...] = ()
     # An instance whose ranks are all workers (SGLang).
     no_scheduler: bool = False
     # The client name the daemon logs.
@@ -82,7 +84,7 @@ class Session:
                     identity=r.identity.digest,
                     layout=r.layout.encode(),
                     domain=r.domain,
-                    rules=[(g, "prefix", 0) for g in r.layout.groups],
+                    rules=list(r.rules) or [(g, "prefix", 0) for g in r.layout.groups],
                     formats=list(r.formats),
                     model=r.model,
                     revision=r.revision or "",

@@ -4,9 +4,12 @@ host pool's pages. Nothing here is read per page."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orbitkv
@@ -17,11 +20,17 @@ from orbitkv.refusals import StartupRefused, refuse
 if TYPE_CHECKING:
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
     from sglang.srt.mem_cache.pool_host.base import HostKVCache
+    from sglang.srt.mem_cache.pool_host.mamba import MambaPoolHost
 
 # The group OrbitKV keys an MHA model's KV pages under, and the pool's id.
 GROUP = 0
 POOL = 1
 DOMAIN = "sglang/sha256"
+# A hybrid model's host pools beside the KV one: the sliding-window pool, then the Mamba
+# pool's state buffers (its recurrent state, then each convolution state), a group and a pool
+# each.
+SWA_GROUP, SWA_POOL = 1, 2
+STATE_GROUP, STATE_POOL = 2, 3
 
 # Host layouts mapped: the order of a record's axes (outermost first) and whether every layer
 # lies inside one run of a page. MHA pages hold K and V apart (`kv_split`); an MLA page holds
@@ -116,10 +125,10 @@ def _dp_rank(config: HiCacheStorageConfig) -> int:
         return 0
 
 
-def hybrid_refusal(pool: str) -> StartupRefused:
+def hybrid_refusal(pool: str, why: str = "is not mapped yet") -> StartupRefused:
     return _refuse(
-        f"the host pool {pool!r} beside the KV pages (hybrid models) is not mapped yet",
-        "run a model of full attention only, or without the OrbitKV backend",
+        f"the host pool {pool!r} beside the KV pages {why}",
+        "run the model without the OrbitKV backend",
     )
 
 
@@ -210,9 +219,18 @@ class HostPages:
     dtype: str
     page_bytes: int
     mla: bool
+    # The group and pool ids, what the group holds and its recovery rule.
+    group: int = GROUP
+    pool: int = POOL
+    component: str = "dense_kv"
+    rule: tuple[str, int] = ("prefix", 0)
+    # Token slots of the host pool per page (a Mamba pool has one slot per state).
+    slots_per_page: int = 0
+    # The quantization of the bytes ("none": a state buffer in its own dtype).
+    quant: str | None = None
 
 
-def host_pages(host: HostKVCache) -> HostPages:
+def host_pages(host: HostKVCache, group: int = GROUP, pool: int = POOL) -> HostPages:
     """The geometry of an MHA or MLA host pool's pages, or `StartupRefused`."""
     kind = type(host).__name__
     if kind not in _HOST_POOLS:
@@ -267,7 +285,7 @@ def host_pages(host: HostKVCache) -> HostPages:
     else:  # page_first_direct: a page's layers in turn, K and V in the buffer's two halves
         page_stride, layer_stride = layers * run, run
     geometry = orbitkv.GroupGeometry(
-        group=GROUP,
+        group=group,
         layers=layers,
         offset=0,
         page_stride=page_stride,
@@ -278,7 +296,7 @@ def host_pages(host: HostKVCache) -> HostPages:
         layers_inside=inside,
     )
     page_bytes = parts * layers * run
-    spec = orbitkv.PoolSpec(pool=POOL, page_bytes=page_bytes, pages=slots // ps, groups=[geometry])
+    spec = orbitkv.PoolSpec(pool=pool, page_bytes=page_bytes, pages=slots // ps, groups=[geometry])
     counts = {"kv_split": 2, "token": ps, "layer": layers, "kv_head": heads, "head_dim": dk}
     return HostPages(
         fd=fd,
@@ -292,7 +310,119 @@ def host_pages(host: HostKVCache) -> HostPages:
         dtype=str(kv.dtype).removeprefix("torch."),
         page_bytes=page_bytes,
         mla=mla,
+        group=group,
+        pool=pool,
+        component="mla" if mla else "dense_kv",
+        slots_per_page=ps,
     )
+
+
+def sidecar_pages(name: str, host: HostKVCache, s: Settings) -> list[HostPages]:
+    """The groups of a hybrid model's host pool beside the KV one (`name` is SGLang's pool
+    name), or `StartupRefused`: a sliding-window pool is one group under the model's window; a
+    Mamba pool is one group per state buffer, each resumed from its checkpoint at a page
+    boundary. Any other pool is refused."""
+    kind = type(host).__name__
+    if s.mla:
+        raise hybrid_refusal(name, "of an MLA model is not mapped yet")
+    if name == "swa" and kind == "MHATokenToKVPoolHost":
+        window = sliding_window(s.model, s.revision)
+        if window is None:
+            raise _refuse(
+                "the model's sliding window cannot be read from its config.json",
+                "point --model-path at a model directory holding config.json",
+            )
+        pages = host_pages(host, SWA_GROUP, SWA_POOL)
+        if int(host.page_size) != s.page_size:
+            raise hybrid_refusal(name, f"has {host.page_size} tokens a page, not {s.page_size}")
+        return [dataclasses.replace(pages, component="sliding_window_kv", rule=("window", window))]
+    if name == "mamba" and kind == "MambaPoolHost":
+        return _state_pages(host, s)
+    raise hybrid_refusal(name, f"({kind}) is not mapped")
+
+
+def _state_pages(host: MambaPoolHost, s: Settings) -> list[HostPages]:
+    """One group per state buffer of SGLang's Mamba host pool: a slot of each buffer holds every
+    layer's state, contiguous (layouts `page_first` and `page_first_direct`)."""
+    if str(host.layout) not in ("page_first", "page_first_direct"):
+        raise hybrid_refusal("mamba", f"in layout {host.layout} is not mapped")
+    if host.slot_state_buffers or host.mtp_draft_buffer_infos:
+        raise hybrid_refusal("mamba", "holds side or draft states, which are not mapped")
+    buffers = [host.temporal_buffer, *host.conv_buffer]
+    fds = list(getattr(getattr(host, "allocator", None), "fds", None) or [])
+    if len(fds) != len(buffers) or any(b.numel() == 0 for b in buffers):
+        raise _refuse(
+            "the Mamba host pool is not shared memory the daemon can map",
+            'add "allocator": "shm" to --hicache-storage-backend-extra-config',
+        )
+    slots = int(host.size)
+    groups = []
+    for i, (buffer, fd) in enumerate(zip(buffers, fds, strict=True)):
+        if not buffer.is_contiguous() or int(buffer.shape[0]) != slots:
+            raise hybrid_refusal("mamba", f"buffer of shape {tuple(buffer.shape)} is not mapped")
+        layers = int(buffer.shape[1])
+        state = tuple(int(d) for d in buffer.shape[3:])
+        e = buffer.element_size()
+        run = math.prod(state) * e  # one layer's state in a slot
+        geometry = orbitkv.GroupGeometry(
+            group=STATE_GROUP + i,
+            layers=layers,
+            offset=0,
+            page_stride=layers * run,
+            layer_stride=run,
+            layer_bytes=run,
+        )
+        spec = orbitkv.PoolSpec(
+            pool=STATE_POOL + i, page_bytes=layers * run, pages=slots, groups=[geometry]
+        )
+        groups.append(
+            HostPages(
+                fd=fd,
+                spec=spec,
+                layers=layers,
+                layout=str(host.layout),
+                axes=[("layer", layers, run), ("state", math.prod(state), e)],
+                kv_heads=state[0] if state else 1,
+                head_size_k=math.prod(state[1:]),
+                head_size_v=0,
+                dtype=str(buffer.dtype).removeprefix("torch."),
+                page_bytes=layers * run,
+                mla=False,
+                group=STATE_GROUP + i,
+                pool=STATE_POOL + i,
+                component="ssm_state" if i == 0 else "conv_state",
+                rule=("checkpoint", s.page_size),
+                slots_per_page=1,
+                quant="none",
+            )
+        )
+    return groups
+
+
+def sliding_window(model: str, revision: str | None = None) -> int | None:
+    """The model's attention window in tokens, from its config.json (a local directory, or a
+    hub snapshot in the local cache)."""
+    path = Path(model) / "config.json"
+    if not path.is_file():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(model, "config.json", revision=revision)
+        except Exception:
+            return None
+        if not isinstance(found, str):
+            return None
+        path = Path(found)
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    for c in (config, config.get("text_config") or {}):
+        for key in ("sliding_window", "sliding_window_size", "attention_window_size"):
+            value = c.get(key)
+            if isinstance(value, int) and value >= 2:
+                return value
+    return None
 
 
 def _axes(order: tuple[str, ...], counts: dict[str, int], e: int) -> list[tuple[Any, int, int]]:
@@ -310,8 +440,8 @@ def state_format(s: Settings, pages: HostPages, rank: int) -> orbitkv.StateForma
     """The bytes of one record at `rank` (one record for every rank, MLA's): a page of every
     layer of its stage, in the host layout's byte order."""
     return orbitkv.StateFormat(
-        dtype=s.dtype,
-        kv_quant=s.kv_cache_dtype,
+        dtype=s.dtype if pages.quant is None else pages.dtype,
+        kv_quant=s.kv_cache_dtype if pages.quant is None else pages.quant,
         block_tokens=s.page_size,
         layers=pages.layers,
         layout=pages.axes,
@@ -327,17 +457,23 @@ def state_format(s: Settings, pages: HostPages, rank: int) -> orbitkv.StateForma
     )
 
 
-def storage_layout(s: Settings, pages: HostPages) -> orbitkv.StorageLayout:
-    """The instance's layout: one KV group, one format per rank (one for all, MLA's)."""
-    ranks = 1 if pages.mla else s.workers
-    group = orbitkv.CacheGroup(
-        id=GROUP,
-        component="mla" if pages.mla else "dense_kv",
-        block_tokens=s.page_size,
-        page_bytes=pages.page_bytes,
-        formats=[state_format(s, pages, r) for r in range(ranks)],
+def storage_layout(s: Settings, groups: list[HostPages]) -> orbitkv.StorageLayout:
+    """The instance's layout: the KV group, then a hybrid model's other groups; one format per
+    rank each (one for all, MLA's)."""
+    return orbitkv.StorageLayout(
+        [
+            orbitkv.CacheGroup(
+                id=pages.group,
+                component=pages.component,
+                block_tokens=s.page_size,
+                page_bytes=pages.page_bytes,
+                formats=[state_format(s, pages, r) for r in range(1 if pages.mla else s.workers)],
+            )
+            for pages in groups
+        ],
+        tensor=s.tensor,
+        pipeline=s.pipeline,
     )
-    return orbitkv.StorageLayout([group], tensor=s.tensor, pipeline=s.pipeline)
 
 
 def identity(s: Settings) -> orbitkv.Identity:

@@ -8,6 +8,8 @@ the hashes SGLang passes before the call's keys (`prefix_keys`).
 - `batch_exists` = Query: the leading pages the daemon proves for every rank.
 - `batch_get_v1` = Acquire, Load into the given host pages (fresh generations), Release.
 - `batch_set_v1` = Publish, returning once the pages are copied out (SGLang reuses them then).
+- The v2 calls move a hybrid model's sliding-window pages and Mamba states beside the KV pages;
+  a hit is a boundary where every group holds.
 
 No call raises into SGLang's threads: a failure is a miss, or a page not stored."""
 
@@ -32,6 +34,7 @@ from orbitkv.sglang.settings import (
     hybrid_refusal,
     identity,
     settings_from,
+    sidecar_pages,
     state_format,
     storage_layout,
     watch_weight_updates,
@@ -46,6 +49,8 @@ if TYPE_CHECKING:
         PoolTransfer,
     )
     from sglang.srt.mem_cache.pool_host.base import HostKVCache
+
+    from orbitkv._native import _PublishPage
 
 log = logging.getLogger("orbitkv.sglang")
 
@@ -71,8 +76,13 @@ class OrbitKVStorage(HiCacheStorage):
         # Resolved at start-up: a model whose content cannot be read refuses here.
         self.identity = identity(self.s)
         watch_weight_updates()
+        # The KV pool's pages; every group's (the KV group, then a hybrid model's others); the
+        # groups of each pool beside the KV one, by SGLang's pool name.
         self.pages: HostPages | None = None
-        self.states: orbitkv.HostPool | None = None
+        self.groups: list[HostPages] = []
+        self.sidecars: dict[str, list[HostPages]] = {}
+        # Each pool's states-only region, by pool id.
+        self.states: dict[int, orbitkv.HostPool] = {}
         self.session: Session | None = None
         self.pool_ready = False
         self.weights_changed = False
@@ -84,15 +94,38 @@ class OrbitKVStorage(HiCacheStorage):
         # Queries, hit pages, loaded and published pages, failures.
         self.stats: Counter[str] = Counter()
 
-    # -- the pool ----------------------------------------------------------------------------
+    # -- the pools ---------------------------------------------------------------------------
 
     def register_mem_pool_host(self, mem_pool_host: HostKVCache) -> None:
+        """The KV host pool (the anchor); the rank registers once every pool is known."""
         super().register_mem_pool_host(mem_pool_host)
         if self.session is not None:
             self.session.close()
+            self.session = None
         self.pages = host_pages(mem_pool_host)
-        self.states = orbitkv.HostPool(self.pages.spec, states_only=True)
+        self.groups = [self.pages]
+        self.sidecars = {}
+
+    def register_mem_host_pool_v2(self, host_pool: HostKVCache, host_pool_name: object) -> None:
+        """A hybrid model's host pools: the sliding-window pool and the Mamba pool are mapped
+        (`sidecar_pages`); any other is refused at start-up, as is one added later (the
+        instance's layout is sealed by then)."""
+        name = str(getattr(host_pool_name, "value", host_pool_name))
+        if name != "kv":
+            if self.session is not None:
+                raise hybrid_refusal(name, "came after the rank registered")
+            groups = sidecar_pages(name, host_pool, self.s)
+            self.sidecars[name] = groups
+            self.groups = [g for g in self.groups if g.pool != groups[0].pool] + groups
+        super().register_mem_host_pool_v2(host_pool, host_pool_name)
+
+    def on_host_pools_registered(self) -> None:
+        """Every host pool is known: registers the rank, its layout holding each pool's groups."""
+        if self.pages is None:
+            return
         s = self.s
+        groups = sorted(self.groups, key=lambda g: g.group)
+        self.states = {g.pool: orbitkv.HostPool(g.spec, states_only=True) for g in groups}
         self.session = Session(
             s.socket,
             Registration(
@@ -101,11 +134,12 @@ class OrbitKVStorage(HiCacheStorage):
                 rank=s.rank,
                 workers=s.workers,
                 identity=self.identity,
-                layout=storage_layout(s, self.pages),
+                layout=storage_layout(s, groups),
                 domain=DOMAIN,
                 model=s.model,
                 revision=s.revision,
-                formats=(state_format(s, self.pages, s.rank).encode(),),
+                formats=tuple(state_format(s, g, s.rank).encode() for g in groups),
+                rules=tuple((g.group, *g.rule) for g in groups),
                 no_scheduler=True,
                 client="orbitkv-sglang",
             ),
@@ -114,19 +148,11 @@ class OrbitKVStorage(HiCacheStorage):
         if self.session.sealed(wait=SEAL_WAIT) is None:
             log.warning("OrbitKV: rank %d not sealed yet; registering in the background", s.rank)
 
-    def register_mem_host_pool_v2(self, host_pool: HostKVCache, host_pool_name: object) -> None:
-        """SGLang registers every host pool here too; a pool beside the KV one (sliding window,
-        Mamba, indexer) is not mapped yet, and refused at start-up."""
-        if str(getattr(host_pool_name, "value", host_pool_name)) != "kv":
-            raise hybrid_refusal(str(host_pool_name))
-        super().register_mem_host_pool_v2(host_pool, host_pool_name)
-
     def _register_pool(self, conn: orbitkv.Connection, seal: orbitkv.Sealed) -> None:
         self.pool_ready = False
-        if self.pages is None or self.states is None:
-            return
-        conn.register_engine_memory_pool(seal.token, self.states, self.pages.fd, 0)
-        self.pool_ready = True
+        for g in self.groups:
+            conn.register_engine_memory_pool(seal.token, self.states[g.pool], g.fd, 0)
+        self.pool_ready = bool(self.groups)
 
     def _live(self) -> tuple[orbitkv.Connection, orbitkv.Sealed] | None:
         """The connection and seal to use, or `None` (away, or the weights changed)."""
@@ -165,6 +191,10 @@ class OrbitKVStorage(HiCacheStorage):
         """The page hashes from the sequence start: the hashes before `keys`, then `keys`."""
         return [bytes.fromhex(k) for k in [*prefix, *keys]]
 
+    def _all_groups(self, chain: list[bytes]) -> list[tuple[int, list[bytes]]]:
+        """Every group's hashes for a Query or an Acquire: a hit needs all of them."""
+        return [(g.group, chain) for g in self.groups]
+
     def _ask(
         self, conn: orbitkv.Connection, request: int, timeout: float
     ) -> orbitkv._native._Reply | None:
@@ -176,11 +206,11 @@ class OrbitKVStorage(HiCacheStorage):
             conn.forget(request)
             return None
 
-    def _settle(self, pages: list[int]) -> None:
-        """Lets go of `pages` after a call whose reply never came (SGLang reuses host pages as
-        soon as the call returns)."""
-        if pages and self.states is not None:
-            settle(self.states, pages, SETTLE_WAIT)
+    def _settle(self, pages: list[tuple[int, int]]) -> None:
+        """Lets go of `pages` (pool, page) after a call whose reply never came (SGLang reuses
+        host pages as soon as the call returns)."""
+        for pool in {p for p, _ in pages}:
+            settle(self.states[pool], [page for p, page in pages if p == pool], SETTLE_WAIT)
 
     def _fail(self, call: str, e: BaseException, conn: orbitkv.Connection | None = None) -> None:
         self.stats["errors"] += 1
@@ -207,7 +237,7 @@ class OrbitKVStorage(HiCacheStorage):
             ps, first = self.s.page_size, len(chain) - len(keys)
             self.stats["queries"] += 1
             request = conn.submit_query(
-                seal.token, seal.epoch, first * ps, len(chain) * ps, [(GROUP, chain)]
+                seal.token, seal.epoch, first * ps, len(chain) * ps, self._all_groups(chain)
             )
             reply = self._ask(conn, request, QUERY_WAIT)
             if not isinstance(reply, orbitkv.Proof):
@@ -233,7 +263,7 @@ class OrbitKVStorage(HiCacheStorage):
             live = self._live()
             prefix = extra_info.prefix_keys if extra_info is not None else None
             # Without the hashes before `keys` their position is unknown: a miss.
-            if live is None or self.pages is None or self.states is None or prefix is None:
+            if live is None or self.pages is None or prefix is None:
                 return done
             if not keys:
                 return done
@@ -241,7 +271,7 @@ class OrbitKVStorage(HiCacheStorage):
             chain = self._chain(keys, prefix)
             ps, first = self.s.page_size, len(prefix)
             request = conn.submit_acquire(
-                seal.token, seal.epoch, first * ps, len(chain) * ps, [(GROUP, chain)]
+                seal.token, seal.epoch, first * ps, len(chain) * ps, self._all_groups(chain)
             )
             leased = self._ask(conn, request, QUERY_WAIT)
             if not isinstance(leased, orbitkv.Leased):
@@ -250,21 +280,22 @@ class OrbitKVStorage(HiCacheStorage):
                 slots = host_indices.tolist()
                 wanted: list[int] = []
                 pages = []
+                states = self.states[POOL]
                 for load in leased.proof.loads:
-                    if load.rank != self._record_rank:
+                    if load.rank != self._record_rank or load.group != GROUP:
                         continue
                     for block in load.blocks:
                         i = block - first
                         if 0 <= i < len(keys):
                             page = int(slots[i * ps]) // ps
-                            generation = self.states.reuse(page)
+                            generation = states.reuse(page)
                             layers = self.pages.layers
                             pages.append(
                                 (block, GROUP, load.rank, POOL, page, generation, 0, layers)
                             )
                             wanted.append(i)
                 if pages:
-                    loading = [p[4] for p in pages]
+                    loading = [(POOL, p[4]) for p in pages]
                     request = conn.submit_load(seal.token, seal.epoch, leased.lease, pages)
                     statuses = self._ask(conn, request, LOAD_WAIT)
                     if isinstance(statuses, orbitkv.Pages):
@@ -298,7 +329,7 @@ class OrbitKVStorage(HiCacheStorage):
             prefix = extra_info.prefix_keys if extra_info is not None else None
             # MLA: one copy for every rank, stored by the storage writer alone. Without the
             # hashes before `keys` their position is unknown: nothing is stored.
-            if live is None or self.states is None or not keys or not self.s.writer:
+            if live is None or not self.states or not keys or not self.s.writer:
                 return done
             if prefix is None:
                 return done
@@ -310,22 +341,16 @@ class OrbitKVStorage(HiCacheStorage):
             for i in range(len(keys)):
                 n = first + i
                 page = int(slots[i * ps]) // ps
-                generation = self.states.reuse(page)
+                generation = self.states[POOL].reuse(page)
                 parent = chain[n - 1] if n else b""
                 rank = self._record_rank
                 pages.append(
                     (GROUP, rank, chain[n], parent, n * ps, (n + 1) * ps, POOL, page, generation)
                 )
-            copying = [p[7] for p in pages]
-            request = conn.submit_publish(seal.token, seal.epoch, pages)
-            copied = self._ask(conn, request, COPIED_WAIT)
-            if isinstance(copied, orbitkv.Pages):
-                copying = []
-                done = [status == "ok" for status in copied.statuses]
-                # Durability is the daemon's own: its reply is taken later, never waited for.
-                with self._lock:
-                    self.durable_wait.append(request)
-                self.wait_durable(0.0)
+            copying = [(POOL, p[7]) for p in pages]
+            statuses = self._publish(conn, seal, pages)
+            if statuses is not None:
+                copying, done = [], statuses
             stored = sum(done)
             self.stats["published_pages"] += stored
             self.stats["publish_failures"] += len(keys) - stored
@@ -335,6 +360,20 @@ class OrbitKVStorage(HiCacheStorage):
             return done
         finally:
             self._settle(copying)
+
+    def _publish(
+        self, conn: orbitkv.Connection, seal: orbitkv.Sealed, pages: list[_PublishPage]
+    ) -> list[bool] | None:
+        """Publishes `pages`; true per page copied out, or `None` when the reply never came.
+        Durability is the daemon's own: its reply is taken later, never waited for."""
+        request = conn.submit_publish(seal.token, seal.epoch, pages)
+        copied = self._ask(conn, request, COPIED_WAIT)
+        if not isinstance(copied, orbitkv.Pages):
+            return None
+        with self._lock:
+            self.durable_wait.append(request)
+        self.wait_durable(0.0)
+        return [status == "ok" for status in copied.statuses]
 
     def wait_durable(self, timeout: float) -> bool:
         """Takes the PublishDurable replies that have come, waiting up to `timeout` for all;
@@ -352,7 +391,18 @@ class OrbitKVStorage(HiCacheStorage):
             self.durable_wait += still
             return not self.durable_wait
 
-    # -- the v2 calls (hybrid pools, refused at start-up): misses, never an exception ---------
+    # -- the v2 calls: a hybrid model's pools beside the KV one ---------------------------------
+    #
+    # SGLang moves the KV pages through the v1 calls, and the sliding-window pages and Mamba
+    # states through these. Each pool transfer names the trailing pages of one chain: the
+    # hashes before them are `extra_info.prefix_keys`. OrbitKV proves every group at once (the
+    # KV prefix, the window, the checkpoint), so a hit is a boundary where all of them hold.
+
+    def _sidecar(self, transfers: list[PoolTransfer]) -> list[tuple[PoolTransfer, list[HostPages]]]:
+        """Each transfer with its pool's groups; a pool not registered has none."""
+        return [
+            (t, self.sidecars.get(str(getattr(t.name, "value", t.name)), [])) for t in transfers
+        ]
 
     def batch_exists_v2(
         self,
@@ -360,17 +410,160 @@ class OrbitKVStorage(HiCacheStorage):
         pool_transfers: list[PoolTransfer] | None = None,
         extra_info: HiCacheStorageExtraInfo | None = None,
     ) -> PoolTransferResult:
-        return PoolTransferResult.empty()
+        """The boundary the daemon proves for every group (`kv_hit_pages`), which is then the
+        one restorable prefix length; each pool asked about reports the same boundary."""
+        try:
+            if any(not groups for _, groups in self._sidecar(pool_transfers or [])):
+                return PoolTransferResult.empty()
+            hit = self.batch_exists(keys, extra_info)
+            if hit == 0:
+                return PoolTransferResult(0, {}, [])
+            pools = {"kv": hit} | {
+                str(getattr(t.name, "value", t.name)): hit for t in pool_transfers or []
+            }
+            return PoolTransferResult(hit, pools, [hit])
+        except Exception as e:  # never into SGLang's thread
+            self._fail("batch_exists_v2", e)
+            return PoolTransferResult.empty()
 
     def batch_get_v2(
         self, transfers: list[PoolTransfer], extra_info: HiCacheStorageExtraInfo | None = None
     ) -> dict[str, list[bool]]:
-        return {str(t.name): [False] * len(t.keys or []) for t in transfers}
+        """Loads each transfer's trailing pages (a window's pages, a Mamba checkpoint) into its
+        host pool, when the daemon proves every group at the chain's end; true per key loaded
+        (for a Mamba state: every buffer of it)."""
+        done = {str(t.name): [False] * len(t.keys or []) for t in transfers}
+        conn, loading = None, []
+        try:
+            live = self._live()
+            prefix = extra_info.prefix_keys if extra_info is not None else None
+            sidecars = self._sidecar(transfers)
+            keys = max((list(t.keys or []) for t in transfers), key=len, default=[])
+            if live is None or prefix is None or not keys or any(not g for _, g in sidecars):
+                return done
+            conn, seal = live
+            chain = self._chain(keys, prefix)
+            ps, first = self.s.page_size, len(prefix)
+            request = conn.submit_acquire(
+                seal.token, seal.epoch, first * ps, len(chain) * ps, self._all_groups(chain)
+            )
+            leased = self._ask(conn, request, QUERY_WAIT)
+            # Only the boundary at the chain's end is the one SGLang restores to.
+            if not isinstance(leased, orbitkv.Leased) or leased.proof.boundary != len(chain) * ps:
+                if isinstance(leased, orbitkv.Leased):
+                    conn.forget(conn.submit_release(seal.token, leased.lease))
+                return done
+            try:
+                proven = {
+                    (load.group, block)
+                    for load in leased.proof.loads
+                    if load.rank == self.s.rank
+                    for block in load.blocks
+                }
+                pages, owners = [], []
+                for transfer, groups in sidecars:
+                    tkeys = list(transfer.keys or [])
+                    tfirst = len(chain) - len(tkeys)
+                    slots = (
+                        transfer.host_indices.tolist() if transfer.host_indices is not None else []
+                    )
+                    for g in groups:
+                        if len(slots) != len(tkeys) * g.slots_per_page:
+                            continue
+                        for i in range(len(tkeys)):
+                            block = tfirst + i
+                            if (g.group, block) not in proven:
+                                continue
+                            page = int(slots[i * g.slots_per_page]) // g.slots_per_page
+                            generation = self.states[g.pool].reuse(page)
+                            pages.append(
+                                (block, g.group, self.s.rank, g.pool, page, generation, 0, g.layers)
+                            )
+                            owners.append((str(transfer.name), i, len(groups)))
+                if pages:
+                    loading = [(p[3], p[4]) for p in pages]
+                    request = conn.submit_load(seal.token, seal.epoch, leased.lease, pages)
+                    statuses = self._ask(conn, request, LOAD_WAIT)
+                    if isinstance(statuses, orbitkv.Pages):
+                        loading = []
+                        self._count(done, owners, statuses.statuses)
+            finally:
+                conn.forget(conn.submit_release(seal.token, leased.lease))
+            self.stats["loaded_sidecar_pages"] += sum(sum(v) for v in done.values())
+            return done
+        except Exception as e:  # never into SGLang's thread
+            self._fail("batch_get_v2", e, conn)
+            return done
+        finally:
+            self._settle(loading)
 
     def batch_set_v2(
         self, transfers: list[PoolTransfer], extra_info: HiCacheStorageExtraInfo | None = None
     ) -> dict[str, list[bool]]:
-        return {str(t.name): [False] * len(t.keys or []) for t in transfers}
+        """Publishes each transfer's trailing pages: a window's pages, or a Mamba state as the
+        checkpoint at the chain's end (one record per buffer); true per key copied out."""
+        done = {str(t.name): [False] * len(t.keys or []) for t in transfers}
+        conn, copying = None, []
+        try:
+            live = self._live()
+            prefix = extra_info.prefix_keys if extra_info is not None else None
+            sidecars = self._sidecar(transfers)
+            if live is None or prefix is None or not self.s.writer:
+                return done
+            conn, seal = live
+            ps = self.s.page_size
+            pages, owners = [], []
+            for transfer, groups in sidecars:
+                tkeys = list(transfer.keys or [])
+                chain = self._chain(tkeys, prefix)
+                slots = transfer.host_indices.tolist() if transfer.host_indices is not None else []
+                for g in groups:
+                    if len(slots) != len(tkeys) * g.slots_per_page:
+                        continue
+                    for i in range(len(tkeys)):
+                        n = len(prefix) + i
+                        page = int(slots[i * g.slots_per_page]) // g.slots_per_page
+                        generation = self.states[g.pool].reuse(page)
+                        parent = chain[n - 1] if n else b""
+                        pages.append(
+                            (
+                                g.group,
+                                self.s.rank,
+                                chain[n],
+                                parent,
+                                n * ps,
+                                (n + 1) * ps,
+                                g.pool,
+                                page,
+                                generation,
+                            )
+                        )
+                        owners.append((str(transfer.name), i, len(groups)))
+            if not pages:
+                return done
+            copying = [(p[6], p[7]) for p in pages]
+            statuses = self._publish(conn, seal, pages)
+            if statuses is not None:
+                copying = []
+                self._count(done, owners, ["ok" if ok else "failed" for ok in statuses])
+            self.stats["published_sidecar_pages"] += sum(sum(v) for v in done.values())
+            return done
+        except Exception as e:  # never into SGLang's thread
+            self._fail("batch_set_v2", e, conn)
+            return done
+        finally:
+            self._settle(copying)
+
+    @staticmethod
+    def _count(
+        done: dict[str, list[bool]], owners: list[tuple[str, int, int]], statuses: list[str]
+    ) -> None:
+        """Marks a transfer's key done when every group of its pool was ok for it."""
+        ok: Counter[tuple[str, int]] = Counter()
+        for (name, i, _), status in zip(owners, statuses, strict=False):
+            ok[(name, i)] += status == "ok"
+        for name, i, groups in owners:
+            done[name][i] = ok[(name, i)] == groups
 
     # -- the calls before v1: not served (start-up requires `interface_v1`) ---------------------
 
