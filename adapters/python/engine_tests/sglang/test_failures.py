@@ -19,6 +19,7 @@ from orbitkv import weights
 from orbitkv.sglang.settings import POOL
 from sglang.srt.managers.scheduler_components.weight_updater import SchedulerWeightUpdaterManager
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorageExtraInfo
+from sglang.srt.model_executor.model_runner_components.weight_updater import WeightUpdater
 from sglang.srt.runtime_context import get_context
 
 TOKENS = [(i * 61 + 5) % 1000 for i in range(3 * PAGE)]
@@ -123,6 +124,26 @@ def test_a_weight_update_without_a_version_stops_serving(
         idx = r.alloc(3)
         assert r.backend.batch_set_v1(r.keys(TOKENS), idx, None) == [False] * 3
         r.host.free(idx)
+    finally:
+        w.close()
+        r.close()
+
+
+def test_a_weight_load_in_the_model_runner_stops_serving(
+    daemon: Daemon, model_dir: Path, restore: None
+) -> None:
+    """The model runner's own weight load, however the scheduler reached it (its request
+    dispatcher holds the scheduler's methods as bound before the backend was attached)."""
+    w = Rank(model_dir, "runner-w", daemon.socket)
+    keys, _ = w.publish([t + 13 for t in TOKENS])
+    r = Rank(model_dir, "runner-r", daemon.socket)
+    try:
+        assert r.exists(keys) == 3
+        # The real method, on a stand-in runner: it fails once it reaches the model, after the
+        # wrap has seen it.
+        with pytest.raises(AttributeError):
+            WeightUpdater.update_weights_from_disk(SimpleNamespace(), "new-weights", None)  # type: ignore[arg-type]
+        assert r.exists(keys) == 0
     finally:
         w.close()
         r.close()

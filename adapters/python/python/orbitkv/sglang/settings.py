@@ -101,15 +101,29 @@ WEIGHT_UPDATES = (
     "update_weights_from_tensor",
     "update_weights_from_ipc",
 )
+# The model runner's methods that load the new weights. The scheduler's request dispatcher binds
+# the scheduler's methods once, so a backend attached later cannot wrap those calls; these are
+# looked up on each call.
+RUNNER_WEIGHT_UPDATES = (
+    "update_weights_from_disk",
+    "update_weights_from_tensor",
+    "update_weights_from_ipc",
+    "receive_weights_from_distributed",
+    "load_weights_from_distributed",
+    "begin_weight_update",
+)
 
 
 def watch_weight_updates() -> None:
-    """Wraps SGLang's scheduler weight updates: a call stops serving (`orbitkv.weights`)."""
+    """Wraps SGLang's weight updates, the scheduler's and the model runner's: a call stops
+    serving (`orbitkv.weights`)."""
     from sglang.srt.managers.scheduler_components.weight_updater import (
         SchedulerWeightUpdaterManager,
     )
+    from sglang.srt.model_executor.model_runner_components.weight_updater import WeightUpdater
 
     weights.watch(SchedulerWeightUpdaterManager, WEIGHT_UPDATES)
+    weights.watch(WeightUpdater, RUNNER_WEIGHT_UPDATES)
 
 
 def _dp_rank(config: HiCacheStorageConfig) -> int:
