@@ -118,8 +118,26 @@ pub fn answer(
             }
         }
     }
+    // The groups the request names are the ones proven: an engine that restores one pool at a
+    // time (SGLang's KV pages, then a hybrid model's other pools) asks for that pool alone.
+    let named: Vec<CacheGroupId> = q.groups.iter().map(|g| CacheGroupId(g.group)).collect();
+    let restricted;
+    let every = inst
+        .contract
+        .groups()
+        .iter()
+        .all(|g| named.contains(&g.group));
+    let contract = if every {
+        &inst.contract
+    } else {
+        restricted = inst
+            .contract
+            .restricted_to(&named)
+            .ok_or_else(|| malformed("a query names no cache group".to_owned()))?;
+        &restricted
+    };
     let v = validate(
-        &inst.contract,
+        contract,
         RestoreRequest {
             origin: q.origin,
             end: q.end,

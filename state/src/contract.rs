@@ -248,6 +248,22 @@ impl RecoveryContract {
     pub fn groups(&self) -> &[GroupContract] {
         &self.groups
     }
+
+    /// The contract of `groups` alone (those of this contract's; others are ignored): what a
+    /// request needs proven when it names only some of the groups. `None` when it names none.
+    pub fn restricted_to(&self, groups: &[CacheGroupId]) -> Option<Self> {
+        let kept: Vec<GroupContract> = self
+            .groups
+            .iter()
+            .filter(|g| groups.contains(&g.group))
+            .cloned()
+            .collect();
+        (!kept.is_empty()).then_some(Self {
+            namespace: self.namespace,
+            domain: self.domain,
+            groups: kept,
+        })
+    }
 }
 
 #[cfg(test)]

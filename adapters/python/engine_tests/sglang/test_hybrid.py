@@ -133,6 +133,18 @@ def test_kv_window_and_mamba_state_round_trip(ranks: tuple[Rank, Rank]) -> None:
         assert same_bytes(a, b)
 
 
+def test_kv_pages_load_in_batches_whatever_their_ends(ranks: tuple[Rank, Rank]) -> None:
+    """SGLang loads a long prefix's KV pages in batches (128 pages each), the hashes before
+    each batch in `prefix_keys`: a batch's end need not be a window or checkpoint boundary."""
+    w, r = ranks
+    keys = w.keys([t + 4 for t in TOKENS])
+    kv, _, _ = publish(w, keys, 6, [3, 4, 5], [5])
+    kv_r = r.alloc(6)
+    assert r.backend.batch_get_v1(keys[:4], kv_r[: 4 * PAGE], info([])) == [True] * 4
+    assert r.backend.batch_get_v1(keys[4:], kv_r[4 * PAGE :], info(keys[:4])) == [True] * 2
+    assert same_bytes(r.host.kv_buffer[:, kv_r], w.host.kv_buffer[:, kv])
+
+
 def test_a_hit_only_where_every_pool_holds(ranks: tuple[Rank, Rank]) -> None:
     """KV for 6 pages, the window of pages 1..3 and a Mamba state at the end of page 3: the
     one boundary proven is 4 pages, not 6 (no state there) nor 5 (no window, no state)."""
@@ -152,7 +164,8 @@ def test_a_window_missing_one_page_is_no_hit(ranks: tuple[Rank, Rank]) -> None:
     keys = w.keys([t + 2 for t in TOKENS])
     publish(w, keys, 6, [4, 5], [5])
     assert exists(r, keys) == (0, [])
-    assert r.backend.batch_exists(keys, info([])) == 0
+    # The v1 call asks about the KV pages alone (SGLang's KV-only prefetch).
+    assert r.backend.batch_exists(keys, info([])) == 6
 
 
 def test_no_kv_prefix_no_hit(ranks: tuple[Rank, Rank]) -> None:

@@ -44,7 +44,7 @@ def test_host_pools_not_mapped_are_refused_by_name(daemon: Daemon, model_dir: Pa
     r = Rank(model_dir, "hybrid", daemon.socket)
     try:
         r.backend.register_mem_host_pool_v2(r.host, PoolName.KV)
-        with pytest.raises(StartupRefused, match="'swa' beside the KV pages came after"):
+        with pytest.raises(StartupRefused, match="'swa' beside the KV pages was added after"):
             r.backend.register_mem_host_pool_v2(r.host, PoolName.SWA)
         # As before the rank registered:
         r.backend.register_mem_pool_host(r.host)

@@ -10,7 +10,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orbitkv
 from orbitkv import weights
@@ -340,18 +340,16 @@ def sidecar_pages(name: str, host: HostKVCache, s: Settings) -> list[HostPages]:
     if s.mla:
         raise hybrid_refusal(name, "of an MLA model is not mapped yet")
     if name == "swa" and kind == "MHATokenToKVPoolHost":
-        window = sliding_window(s.model, s.revision)
-        if window is None:
-            raise _refuse(
-                "the model's sliding window cannot be read from its config.json",
-                "point --model-path at a model directory holding config.json",
-            )
+        window = swa_window(s)
         pages = host_pages(host, SWA_GROUP, SWA_POOL)
         if int(host.page_size) != s.page_size:
             raise hybrid_refusal(name, f"has {host.page_size} tokens a page, not {s.page_size}")
-        return [dataclasses.replace(pages, component="sliding_window_kv", rule=("window", window))]
+        # SGLang restores a window only with all of its ceil(W / page) trailing pages loaded:
+        # the rule asks for those pages (a window of that many pages and one token).
+        rule = ("window", -(-window // s.page_size) * s.page_size + 1)
+        return [dataclasses.replace(pages, component="sliding_window_kv", rule=rule)]
     if name == "mamba" and kind == "MambaPoolHost":
-        return _state_pages(host, s)
+        return _state_pages(cast("MambaPoolHost", host), s)
     raise hybrid_refusal(name, f"({kind}) is not mapped")
 
 
@@ -362,16 +360,20 @@ def _state_pages(host: MambaPoolHost, s: Settings) -> list[HostPages]:
         raise hybrid_refusal("mamba", f"in layout {host.layout} is not mapped")
     if host.slot_state_buffers or host.mtp_draft_buffer_infos:
         raise hybrid_refusal("mamba", "holds side or draft states, which are not mapped")
-    buffers = [host.temporal_buffer, *host.conv_buffer]
+    # The recurrent state, absent (and not in shared memory) for a convolution-only model, then
+    # each convolution state: the allocator's memfds in the same order.
+    states = [(host.temporal_buffer, "ssm_state")] * (host.temporal_buffer.numel() > 0)
+    states += [(b, "conv_state") for b in host.conv_buffer]
+    buffers = [b for b, _ in states]
     fds = list(getattr(getattr(host, "allocator", None), "fds", None) or [])
-    if len(fds) != len(buffers) or any(b.numel() == 0 for b in buffers):
+    if len(fds) != len(buffers):
         raise _refuse(
             "the Mamba host pool is not shared memory the daemon can map",
             'add "allocator": "shm" to --hicache-storage-backend-extra-config',
         )
     slots = int(host.size)
     groups = []
-    for i, (buffer, fd) in enumerate(zip(buffers, fds, strict=True)):
+    for i, ((buffer, component), fd) in enumerate(zip(states, fds, strict=True)):
         if not buffer.is_contiguous() or int(buffer.shape[0]) != slots:
             raise hybrid_refusal("mamba", f"buffer of shape {tuple(buffer.shape)} is not mapped")
         layers = int(buffer.shape[1])
@@ -404,7 +406,7 @@ def _state_pages(host: MambaPoolHost, s: Settings) -> list[HostPages]:
                 mla=False,
                 group=STATE_GROUP + i,
                 pool=STATE_POOL + i,
-                component="ssm_state" if i == 0 else "conv_state",
+                component=component,
                 rule=("checkpoint", s.page_size),
                 slots_per_page=1,
                 quant="none",
@@ -413,9 +415,28 @@ def _state_pages(host: MambaPoolHost, s: Settings) -> list[HostPages]:
     return groups
 
 
+def swa_window(s: Settings) -> int:
+    """The window SGLang keeps for the model (its model config's), or `StartupRefused`: with
+    speculative decoding SGLang keeps a draft model's window too, which is not mapped."""
+    from sglang.srt.runtime_context import get_server_args, process_model_config
+
+    if getattr(get_server_args(), "speculative_algorithm", None):
+        raise hybrid_refusal("swa", "with a speculative draft model is not mapped yet")
+    try:
+        window = process_model_config().sliding_window_size
+    except Exception:  # SGLang's model config not built here: the model's own config.json
+        window = sliding_window(s.model, s.revision)
+    if not isinstance(window, int) or window < 1:
+        raise _refuse(
+            "the model's sliding window cannot be read from its config",
+            "point --model-path at a model directory holding config.json",
+        )
+    return window
+
+
 def sliding_window(model: str, revision: str | None = None) -> int | None:
     """The model's attention window in tokens, from its config.json (a local directory, or a
-    hub snapshot in the local cache)."""
+    hub snapshot in the local cache), read as SGLang's model config reads it."""
     path = Path(model) / "config.json"
     if not path.is_file():
         try:
@@ -431,11 +452,11 @@ def sliding_window(model: str, revision: str | None = None) -> int | None:
         config = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    for c in (config, config.get("text_config") or {}):
-        for key in ("sliding_window", "sliding_window_size", "attention_window_size"):
-            value = c.get(key)
-            if isinstance(value, int) and value >= 2:
-                return value
+    text = config.get("text_config") or config
+    for key in ("sliding_window_size", "sliding_window", "window_size"):
+        value = text.get(key)
+        if value is not None:
+            return value if isinstance(value, int) else None
     return None
 
 

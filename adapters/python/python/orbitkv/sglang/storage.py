@@ -111,12 +111,14 @@ class OrbitKVStorage(HiCacheStorage):
         (`sidecar_pages`); any other is refused at start-up, as is one added later (the
         instance's layout is sealed by then)."""
         name = str(getattr(host_pool_name, "value", host_pool_name))
-        if name != "kv":
+        if name != "kv" and self.pages is not None:
             if self.session is not None:
-                raise hybrid_refusal(name, "came after the rank registered")
-            groups = sidecar_pages(name, host_pool, self.s)
-            self.sidecars[name] = groups
-            self.groups = [g for g in self.groups if g.pool != groups[0].pool] + groups
+                raise hybrid_refusal(
+                    name,
+                    "was added after the rank registered (draft and late pools are not mapped)",
+                )
+            self.sidecars[name] = sidecar_pages(name, host_pool, self.s)
+            self.groups = [self.pages] + [g for gs in self.sidecars.values() for g in gs]
         super().register_mem_host_pool_v2(host_pool, host_pool_name)
 
     def on_host_pools_registered(self) -> None:
@@ -191,9 +193,10 @@ class OrbitKVStorage(HiCacheStorage):
         """The page hashes from the sequence start: the hashes before `keys`, then `keys`."""
         return [bytes.fromhex(k) for k in [*prefix, *keys]]
 
-    def _all_groups(self, chain: list[bytes]) -> list[tuple[int, list[bytes]]]:
-        """Every group's hashes for a Query or an Acquire: a hit needs all of them."""
-        return [(g.group, chain) for g in self.groups]
+    @staticmethod
+    def _named(groups: list[int], chain: list[bytes]) -> list[tuple[int, list[bytes]]]:
+        """The hashes of each group a Query or an Acquire names: the daemon proves those."""
+        return [(g, chain) for g in groups]
 
     def _ask(
         self, conn: orbitkv.Connection, request: int, timeout: float
@@ -224,7 +227,13 @@ class OrbitKVStorage(HiCacheStorage):
     def batch_exists(
         self, keys: list[str], extra_info: HiCacheStorageExtraInfo | None = None
     ) -> int:
-        """The leading pages of `keys` the daemon proves (for every rank)."""
+        """The leading KV pages of `keys` the daemon proves (for every rank)."""
+        return self._exists(keys, extra_info, [GROUP])
+
+    def _exists(
+        self, keys: list[str], extra_info: HiCacheStorageExtraInfo | None, groups: list[int]
+    ) -> int:
+        """The leading pages of `keys` where the daemon proves every one of `groups`."""
         conn = None
         try:
             live = self._live()
@@ -237,7 +246,7 @@ class OrbitKVStorage(HiCacheStorage):
             ps, first = self.s.page_size, len(chain) - len(keys)
             self.stats["queries"] += 1
             request = conn.submit_query(
-                seal.token, seal.epoch, first * ps, len(chain) * ps, self._all_groups(chain)
+                seal.token, seal.epoch, first * ps, len(chain) * ps, self._named(groups, chain)
             )
             reply = self._ask(conn, request, QUERY_WAIT)
             if not isinstance(reply, orbitkv.Proof):
@@ -270,8 +279,10 @@ class OrbitKVStorage(HiCacheStorage):
             conn, seal = live
             chain = self._chain(keys, prefix)
             ps, first = self.s.page_size, len(prefix)
+            # The KV pages alone: SGLang loads a hybrid model's other pools afterwards (v2), and
+            # a long prefix in batches whose ends need not be any other pool's boundary.
             request = conn.submit_acquire(
-                seal.token, seal.epoch, first * ps, len(chain) * ps, self._all_groups(chain)
+                seal.token, seal.epoch, first * ps, len(chain) * ps, self._named([GROUP], chain)
             )
             leased = self._ask(conn, request, QUERY_WAIT)
             if not isinstance(leased, orbitkv.Leased):
@@ -413,9 +424,11 @@ class OrbitKVStorage(HiCacheStorage):
         """The boundary the daemon proves for every group (`kv_hit_pages`), which is then the
         one restorable prefix length; each pool asked about reports the same boundary."""
         try:
-            if any(not groups for _, groups in self._sidecar(pool_transfers or [])):
+            sidecars = self._sidecar(pool_transfers or [])
+            if any(not groups for _, groups in sidecars):
                 return PoolTransferResult.empty()
-            hit = self.batch_exists(keys, extra_info)
+            named = [GROUP] + [g.group for _, groups in sidecars for g in groups]
+            hit = self._exists(keys, extra_info, named)
             if hit == 0:
                 return PoolTransferResult(0, {}, [])
             pools = {"kv": hit} | {
@@ -444,8 +457,9 @@ class OrbitKVStorage(HiCacheStorage):
             conn, seal = live
             chain = self._chain(keys, prefix)
             ps, first = self.s.page_size, len(prefix)
+            named = [g.group for _, groups in sidecars for g in groups]
             request = conn.submit_acquire(
-                seal.token, seal.epoch, first * ps, len(chain) * ps, self._all_groups(chain)
+                seal.token, seal.epoch, first * ps, len(chain) * ps, self._named(named, chain)
             )
             leased = self._ask(conn, request, QUERY_WAIT)
             # Only the boundary at the chain's end is the one SGLang restores to.
