@@ -204,8 +204,11 @@ pub enum PageMemory {
     /// tensor may be a view into a larger allocation). The region the engine passes beside it
     /// holds the pages' state words only ([`crate::HostPool::create_states`]).
     Device {
-        /// The CUDA device ordinal.
+        /// The CUDA device ordinal, as the daemon numbers devices (used when `uuid` is zero).
         device: i32,
+        /// The device's UUID (`cuDeviceGetUuid`), the same in every process whatever its
+        /// ordinal there; all zero when the engine does not know it.
+        uuid: [u8; 16],
         /// The allocation's IPC handle.
         ipc_handle: [u8; 64],
         /// Byte offset of page 0 in the allocation.

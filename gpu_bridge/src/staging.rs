@@ -160,10 +160,191 @@ pub fn copies<'a>(
     Ok(out)
 }
 
+/// A 2-D copy: `rows` rows of `len` bytes, row `r` at `device_offset + r · device_pitch` in the
+/// pool and at `staging_offset + r · staging_pitch` in the staging buffer. One row is a plain
+/// copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Strided {
+    /// Byte offset of the first row in the pool's page memory.
+    pub device_offset: u64,
+    /// Bytes from one row's start to the next in the pool.
+    pub device_pitch: u64,
+    /// Byte offset of the first row in the staging buffer.
+    pub staging_offset: usize,
+    /// Bytes from one row's start to the next in the staging buffer.
+    pub staging_pitch: usize,
+    /// Bytes per row.
+    pub len: usize,
+    /// Rows.
+    pub rows: usize,
+}
+
+impl Strided {
+    /// Pool bytes from the first row's start to the last row's end.
+    pub fn device_span(&self) -> u64 {
+        self.device_pitch * (self.rows as u64 - 1) + self.len as u64
+    }
+
+    /// Staging bytes from the first row's start to the last row's end.
+    pub fn staging_span(&self) -> usize {
+        self.staging_pitch * (self.rows - 1) + self.len
+    }
+}
+
+/// The largest pitch a 2-D copy takes (CUDA's maximum pitch on current devices); layers spaced
+/// wider are copied a run at a time.
+pub const MAX_PITCH: u64 = i32::MAX as u64;
+
+/// The copies of `placed` items as 2-D copies: an item whose layers are runs apart in the pool
+/// (a strided geometry: each layer's K and V apart, or layers apart) becomes one copy per part,
+/// a row per layer, instead of one copy per run; packed items stay the plain copies of
+/// [`copies`], adjacent ones merged.
+pub fn strided_copies<'a>(
+    spec: &PoolSpec,
+    placed: impl IntoIterator<Item = (&'a Item, usize)>,
+) -> Result<Vec<Strided>> {
+    let mut out: Vec<Strided> = Vec::new();
+    for (it, offset) in placed {
+        let g = spec.group(it.group)?;
+        let len = usize::try_from(g.run_bytes())
+            .map_err(|_| Error::Geometry("a run larger than this machine addresses".into()))?;
+        let rows = if g.layers_inside { 1 } else { it.layers.len() };
+        let parts = g.parts.max(1) as usize;
+        let packed = parts == 1 && g.layer_stride == len as u64;
+        let regular = g.layer_stride >= len as u64 && g.layer_stride <= MAX_PITCH;
+        if rows < 2 || packed || !regular || !g.addresses(&it.layers) {
+            for c in copies(spec, [(it, offset)])? {
+                let row = Strided {
+                    device_offset: c.device_offset,
+                    device_pitch: c.len as u64,
+                    staging_offset: c.staging_offset,
+                    staging_pitch: c.len,
+                    len: c.len,
+                    rows: 1,
+                };
+                match out.last_mut() {
+                    Some(last)
+                        if last.rows == 1
+                            && last.device_offset + last.len as u64 == row.device_offset
+                            && last.staging_offset + last.len == row.staging_offset =>
+                    {
+                        last.len += row.len;
+                        last.device_pitch = last.len as u64;
+                        last.staging_pitch = last.len;
+                    }
+                    _ => out.push(row),
+                }
+            }
+            continue;
+        }
+        let first = g.offset
+            + u64::from(it.page.index) * g.page_stride
+            + u64::from(it.layers.start) * g.layer_stride;
+        for p in 0..parts {
+            out.push(Strided {
+                device_offset: first + p as u64 * g.part_stride,
+                device_pitch: g.layer_stride,
+                staging_offset: offset + p * len,
+                staging_pitch: parts * len,
+                len,
+                rows,
+            });
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::pool::{GroupGeometry, PoolId};
+
+    #[test]
+    fn strided_layers_become_one_2d_copy_per_part() {
+        // Group 1: 3 layers of 50 bytes every 100; page 2 then page 3.
+        let placed = [
+            (&item(2, 0, 0..2), 0),
+            (&item(2, 1, 0..3), 200),
+            (&item(3, 1, 1..3), 350),
+        ];
+        let s = strided_copies(&spec(), placed).unwrap_or_else(|e| panic!("{e}"));
+        let row = |device_offset, device_pitch, staging_offset, staging_pitch, len, rows| Strided {
+            device_offset,
+            device_pitch,
+            staging_offset,
+            staging_pitch,
+            len,
+            rows,
+        };
+        assert_eq!(
+            s,
+            vec![
+                row(2000, 200, 0, 200, 200, 1),
+                row(2400, 100, 200, 50, 50, 3),
+                row(3500, 100, 350, 50, 50, 2),
+            ]
+        );
+        assert_eq!((s[1].device_span(), s[1].staging_span()), (250, 150));
+    }
+
+    #[test]
+    fn k_and_v_apart_are_one_2d_copy_each() {
+        // 2 pages of 4 layers, each layer's K (40 bytes) and V apart: K of page p layer l at
+        // p·160 + l·40, V 1000 bytes later. Staging packs a layer's K then V.
+        let spec = PoolSpec {
+            pool: PoolId(1),
+            page_bytes: 320,
+            pages: 2,
+            aliased: false,
+            groups: vec![GroupGeometry {
+                group: 0,
+                layers: 4,
+                offset: 0,
+                layer_stride: 40,
+                layer_bytes: 80,
+                page_stride: 160,
+                parts: 2,
+                part_stride: 1000,
+                layers_inside: false,
+            }],
+        };
+        let s = strided_copies(&spec, [(&item(1, 0, 0..4), 0)]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.len(), 2);
+        assert_eq!(
+            (
+                s[0].device_offset,
+                s[0].device_pitch,
+                s[0].staging_offset,
+                s[0].staging_pitch
+            ),
+            (160, 40, 0, 80)
+        );
+        assert_eq!(
+            (s[1].device_offset, s[1].staging_offset, s[1].rows),
+            (1160, 40, 4)
+        );
+        // The same bytes as the plain copies, row by row.
+        let plain = copies(&spec, [(&item(1, 0, 0..4), 0)]).unwrap_or_else(|e| panic!("{e}"));
+        let mut rows: Vec<(u64, usize, usize)> = s
+            .iter()
+            .flat_map(|c| {
+                (0..c.rows).map(move |r| {
+                    (
+                        c.device_offset + r as u64 * c.device_pitch,
+                        c.staging_offset + r * c.staging_pitch,
+                        c.len,
+                    )
+                })
+            })
+            .collect();
+        rows.sort_unstable();
+        let mut want: Vec<(u64, usize, usize)> = plain
+            .iter()
+            .map(|c| (c.device_offset, c.staging_offset, c.len))
+            .collect();
+        want.sort_unstable();
+        assert_eq!(rows, want);
+    }
 
     /// 4 pages of 1000 bytes: group 0 has 2 packed layers of 100 at 0; group 1 has 3 layers of
     /// 50 every 100 bytes from 400.

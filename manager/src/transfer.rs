@@ -112,11 +112,13 @@ pub fn register_pool(
         }
         PageMemory::Device {
             device,
+            uuid,
             ipc_handle,
             offset,
         } => {
             let states = orbitkv_gpu_bridge::FencedStates::attach(fd, &spec)
                 .map_err(|e| refuse(ErrorCode::Malformed, e.to_string()))?;
+            let device = DeviceName { device, uuid };
             device_pool(spec, epoch, states, device, ipc_handle, offset)?
         }
     };
@@ -129,14 +131,31 @@ pub fn register_pool(
 #[cfg(feature = "cuda")]
 pub const DEVICE_STAGING_BYTES: usize = 64 << 20;
 
+/// The device a device pool names: by UUID when the engine sent one, else by ordinal.
+struct DeviceName {
+    device: i32,
+    uuid: [u8; 16],
+}
+
+impl std::fmt::Display for DeviceName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.uuid == [0; 16] {
+            write!(f, "CUDA device {}", self.device)
+        } else {
+            let hex: String = self.uuid.iter().map(|b| format!("{b:02x}")).collect();
+            write!(f, "CUDA device {hex}")
+        }
+    }
+}
+
 /// A device pool: the driver and device opened, the engine's allocation opened from its IPC
-/// handle (and checked to hold the pool), copies staged through pinned memory. Without the
-/// CUDA backend every device pool is refused, saying why.
+/// handle (and checked to hold the pool and to lie on that device), copies staged through
+/// pinned memory. Without the CUDA backend every device pool is refused, saying why.
 fn device_pool(
     spec: PoolSpec,
     epoch: u64,
     states: orbitkv_gpu_bridge::FencedStates,
-    device: i32,
+    device: DeviceName,
     ipc_handle: [u8; 64],
     offset: u64,
 ) -> Result<Arc<dyn PagePool>, Refusal> {
@@ -149,14 +168,16 @@ fn device_pool(
                 BridgeError::Device { .. } => ErrorCode::Unsupported,
                 _ => ErrorCode::Malformed,
             };
-            Refusal::new(
-                code,
-                format!("device pool {pool} on CUDA device {device}: {e}"),
-            )
+            Refusal::new(code, format!("device pool {pool} on {device}: {e}"))
         };
-        let cuda = Cuda::open(device).map_err(refuse)?;
+        let cuda = if device.uuid == [0; 16] {
+            Cuda::open(device.device)
+        } else {
+            Cuda::open_uuid(device.uuid)
+        }
+        .map_err(refuse)?;
         let len = spec.page_bytes.saturating_mul(u64::from(spec.pages));
-        let region = DeviceRegion::open_ipc(ipc_handle, offset, len).map_err(refuse)?;
+        let region = DeviceRegion::open_ipc(&cuda, ipc_handle, offset, len).map_err(refuse)?;
         let pool = CudaPool::new(cuda, spec, epoch, region, states, DEVICE_STAGING_BYTES)
             .map_err(refuse)?;
         Ok(Arc::new(pool))
@@ -167,7 +188,7 @@ fn device_pool(
         Err(Refusal::new(
             ErrorCode::Unsupported,
             format!(
-                "device pool {pool} on CUDA device {device}: this daemon was built without the CUDA backend (the `cuda` feature); register a host pool, or run a daemon built with it"
+                "device pool {pool} on {device}: this daemon was built without the CUDA backend (the `cuda` feature); register a host pool, or run a daemon built with it"
             ),
         ))
     }

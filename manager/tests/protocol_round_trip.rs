@@ -120,6 +120,7 @@ fn every_message() -> Vec<Message> {
             },
             memory: PageMemory::Device {
                 device: -1,
+                uuid: std::array::from_fn(|i| i as u8 + 1),
                 ipc_handle: std::array::from_fn(|i| i as u8 ^ 0xA5),
                 offset: 3 << 30,
             },

@@ -530,9 +530,15 @@ impl Connection {
 
     /// Registers a pool whose pages are CUDA device memory: `states`, a
     /// `HostPool(spec, states_only=True)`, and the allocation's 64-byte IPC handle
-    /// (`cuIpcGetMemHandle`) on `device` (the ordinal as the daemon numbers devices), page 0 at
-    /// `offset` in it. A daemon without the CUDA backend, driver or device refuses it
-    /// (`RefusedError`, code `Unsupported`).
+    /// (`cuIpcGetMemHandle`) on the device whose 16-byte `uuid` is given (else, `uuid` empty
+    /// or zero, on `device`, the ordinal as the daemon numbers devices), page 0 at `offset` in
+    /// it. A daemon without the CUDA backend, driver or device refuses it (`RefusedError`,
+    /// code `Unsupported`), as it refuses memory that is not on that device.
+    #[pyo3(signature = (token, states, device, ipc_handle, offset, uuid = Vec::new()))]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "positional arguments of a Python method"
+    )]
     fn register_device_pool(
         &self,
         py: Python<'_>,
@@ -541,15 +547,23 @@ impl Connection {
         device: i32,
         ipc_handle: Vec<u8>,
         offset: u64,
+        uuid: Vec<u8>,
     ) -> PyResult<u32> {
         let ipc_handle: [u8; 64] = ipc_handle.try_into().map_err(|h: Vec<u8>| {
             invalid(py, format!("an IPC handle is 64 bytes, not {}", h.len()))
         })?;
+        let uuid: [u8; 16] = match uuid.len() {
+            0 => [0; 16],
+            _ => uuid.try_into().map_err(|u: Vec<u8>| {
+                invalid(py, format!("a device UUID is 16 bytes, not {}", u.len()))
+            })?,
+        };
         let m = Message::RegisterPool {
             token: self::token(py, &token)?,
             spec: states.inner.spec().clone(),
             memory: PageMemory::Device {
                 device,
+                uuid,
                 ipc_handle,
                 offset,
             },

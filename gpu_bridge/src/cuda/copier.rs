@@ -5,10 +5,10 @@
 
 #![forbid(unsafe_code)]
 
-use super::driver::{DeviceRegion, Event, Pinned, Stream};
+use super::driver::{Cuda, DeviceRegion, Event, Pinned, Stream};
 use crate::error::{Error, Result};
 use crate::pool::PoolSpec;
-use crate::staging::{Item, copies, plan};
+use crate::staging::{Item, Strided, plan, strided_copies};
 
 /// Copies pages between host bytes and a device region through two pinned staging halves:
 /// while the device drains one, the host fills the other; each batch ends with an event, and
@@ -18,13 +18,25 @@ pub struct DeviceCopier {
     halves: [Pinned; 2],
 }
 
+/// Drains the stream when a copy panics: the copies queued so far read staging memory and
+/// write pages whose leases end as the panic unwinds, so they must finish first.
+struct DrainOnUnwind<'a>(&'a Stream);
+
+impl Drop for DrainOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = self.0.synchronize();
+        }
+    }
+}
+
 impl DeviceCopier {
-    /// A copier with `staging` bytes of pinned memory (two halves).
-    pub fn new(staging: usize) -> Result<Self> {
+    /// A copier in `cuda`'s context with `staging` bytes of pinned memory (two halves).
+    pub fn new(cuda: &Cuda, staging: usize) -> Result<Self> {
         let half = (staging / 2).max(1);
         Ok(Self {
-            stream: Stream::new()?,
-            halves: [Pinned::new(half)?, Pinned::new(half)?],
+            stream: Stream::new(cuda)?,
+            halves: [Pinned::new(cuda, half)?, Pinned::new(cuda, half)?],
         })
     }
 
@@ -79,64 +91,13 @@ impl DeviceCopier {
         mut fill: impl FnMut(usize, &mut [u8]) -> bool,
         mut done: impl FnMut(usize),
     ) -> Result<()> {
-        let r = self.load_batches(region, spec, items, &mut fill, &mut done);
+        let Self { stream, halves } = self;
+        let _drain = DrainOnUnwind(stream);
+        let r = load_batches(stream, halves, region, spec, items, &mut fill, &mut done);
         if r.is_err() {
-            let _ = self.stream.synchronize();
+            let _ = stream.synchronize();
         }
         r
-    }
-
-    fn load_batches(
-        &mut self,
-        region: &DeviceRegion,
-        spec: &PoolSpec,
-        items: &[Item],
-        fill: &mut impl FnMut(usize, &mut [u8]) -> bool,
-        done: &mut impl FnMut(usize),
-    ) -> Result<()> {
-        let batches = plan(spec, items, self.batch_bytes())?;
-        let mut pending: [Option<(Event, Vec<usize>)>; 2] = [None, None];
-        for (n, b) in batches.iter().enumerate() {
-            let k = n % 2;
-            // The half is free once the batch that used it before has completed.
-            if let Some((ev, filled)) = pending[k].take() {
-                ev.wait()?;
-                filled.into_iter().for_each(&mut *done);
-            }
-            let half = self.halves[k].as_mut_slice();
-            let mut filled = Vec::with_capacity(b.items.len());
-            for (j, i) in b.items.clone().enumerate() {
-                let dst = half
-                    .get_mut(b.staged(j))
-                    .ok_or_else(|| Error::Geometry(format!("item {i} outside the staging half")))?;
-                if fill(i, dst) {
-                    filled.push((i, b.item_offsets[j]));
-                }
-            }
-            for c in copies(spec, filled.iter().map(|&(i, at)| (&items[i], at)))? {
-                let dst = region.at(c.device_offset, c.len)?;
-                self.stream.htod(
-                    dst,
-                    &self.halves[k],
-                    c.staging_offset..c.staging_offset + c.len,
-                )?;
-            }
-            let filled = filled.into_iter().map(|(i, _)| i).collect();
-            pending[k] = Some((self.stream.record()?, filled));
-        }
-        // Complete in batch order.
-        let order = if batches.len() % 2 == 0 {
-            [0, 1]
-        } else {
-            [1, 0]
-        };
-        for k in order {
-            if let Some((ev, filled)) = pending[k].take() {
-                ev.wait()?;
-                filled.into_iter().for_each(&mut *done);
-            }
-        }
-        Ok(())
     }
 
     /// Copies `items` out of `region`, appending item `i`'s layers (packed) to `outs[i]`, in
@@ -148,14 +109,18 @@ impl DeviceCopier {
         items: &[Item],
         outs: &mut [Vec<u8>],
     ) -> Result<()> {
+        let _drain = DrainOnUnwind(&self.stream);
         for b in plan(spec, items, self.batch_bytes())? {
-            for c in &b.copies {
-                let src = region.at(c.device_offset, c.len)?;
-                self.stream.dtoh(
-                    &mut self.halves[0],
-                    c.staging_offset..c.staging_offset + c.len,
-                    src,
-                )?;
+            let placed = b.items.clone().zip(b.item_offsets.iter().copied());
+            for c in strided_copies(spec, placed.map(|(i, at)| (&items[i], at)))? {
+                let src = region.at(c.device_offset, span(&c)?)?;
+                let half = &mut self.halves[0];
+                if c.rows == 1 {
+                    self.stream
+                        .dtoh(half, c.staging_offset..c.staging_offset + c.len, src)?;
+                } else {
+                    self.stream.dtoh_2d(half, src, pitch(&c)?, &c)?;
+                }
             }
             self.stream.record()?.wait()?;
             let staged = self.halves[0].as_slice();
@@ -168,4 +133,70 @@ impl DeviceCopier {
         }
         Ok(())
     }
+}
+
+/// [`DeviceCopier::load_with`]'s batches, on the copier's two parts borrowed apart (a guard
+/// holds the stream meanwhile).
+fn load_batches(
+    stream: &Stream,
+    halves: &mut [Pinned; 2],
+    region: &DeviceRegion,
+    spec: &PoolSpec,
+    items: &[Item],
+    fill: &mut impl FnMut(usize, &mut [u8]) -> bool,
+    done: &mut impl FnMut(usize),
+) -> Result<()> {
+    let batches = plan(spec, items, halves[0].as_slice().len())?;
+    let mut pending: [Option<(Event, Vec<usize>)>; 2] = [None, None];
+    for (n, b) in batches.iter().enumerate() {
+        let k = n % 2;
+        // The half is free once the batch that used it before has completed.
+        if let Some((ev, filled)) = pending[k].take() {
+            ev.wait()?;
+            filled.into_iter().for_each(&mut *done);
+        }
+        let half = halves[k].as_mut_slice();
+        let mut filled = Vec::with_capacity(b.items.len());
+        for (j, i) in b.items.clone().enumerate() {
+            let dst = half
+                .get_mut(b.staged(j))
+                .ok_or_else(|| Error::Geometry(format!("item {i} outside the staging half")))?;
+            if fill(i, dst) {
+                filled.push((i, b.item_offsets[j]));
+            }
+        }
+        for c in strided_copies(spec, filled.iter().map(|&(i, at)| (&items[i], at)))? {
+            let dst = region.at(c.device_offset, span(&c)?)?;
+            if c.rows == 1 {
+                stream.htod(dst, &halves[k], c.staging_offset..c.staging_offset + c.len)?;
+            } else {
+                stream.htod_2d(dst, pitch(&c)?, &halves[k], &c)?;
+            }
+        }
+        let filled = filled.into_iter().map(|(i, _)| i).collect();
+        pending[k] = Some((stream.record()?, filled));
+    }
+    // Complete in batch order.
+    let order = if batches.len() % 2 == 0 {
+        [0, 1]
+    } else {
+        [1, 0]
+    };
+    for k in order {
+        if let Some((ev, filled)) = pending[k].take() {
+            ev.wait()?;
+            filled.into_iter().for_each(&mut *done);
+        }
+    }
+    Ok(())
+}
+
+/// The device bytes a strided copy spans.
+fn span(c: &Strided) -> Result<usize> {
+    usize::try_from(c.device_span()).map_err(|_| Error::Geometry("a copy too large".into()))
+}
+
+/// A strided copy's pitch.
+fn pitch(c: &Strided) -> Result<usize> {
+    usize::try_from(c.device_pitch).map_err(|_| Error::Geometry("a pitch too large".into()))
 }

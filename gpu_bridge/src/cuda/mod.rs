@@ -17,5 +17,7 @@ mod driver;
 mod pool;
 
 pub use copier::DeviceCopier;
-pub use driver::{Cuda, DeviceRegion, Event, Pinned, Stream, call};
+pub use driver::{
+    Cuda, DeviceInfo, DeviceRegion, Event, Pinned, Stream, call, release_failures, uuid_text,
+};
 pub use pool::CudaPool;

@@ -20,12 +20,13 @@ use crate::staging::Item;
 /// backend's pools (generation and lease count in one atomic). Copies go through a
 /// [`DeviceCopier`].
 pub struct CudaPool {
+    // Dropped first: its stream drains before the region closes.
+    copier: Mutex<DeviceCopier>,
     spec: PoolSpec,
     epoch: u64,
     cuda: Cuda,
     region: DeviceRegion,
     states: FencedStates,
-    copier: Mutex<DeviceCopier>,
     detached: AtomicBool,
 }
 
@@ -46,7 +47,7 @@ impl CudaPool {
             usize::try_from(spec.page_bytes * u64::from(spec.pages)).unwrap_or(usize::MAX),
         )?;
         cuda.bind()?;
-        let copier = DeviceCopier::new(staging)?;
+        let copier = DeviceCopier::new(&cuda, staging)?;
         Ok(Self {
             states,
             spec,

@@ -104,11 +104,17 @@ fn install_signal_handlers() {
 fn page_backend() -> String {
     #[cfg(feature = "cuda")]
     {
-        match orbitkv_gpu_bridge::cuda::Cuda::open(0) {
-            Ok(c) => format!(
-                "host, and CUDA device pools registered through the protocol (CUDA device {} found)",
-                c.device()
+        // A probe only: a context held here would take device memory on GPU 0 for life.
+        match orbitkv_gpu_bridge::cuda::Cuda::probe() {
+            Ok(devices) if !devices.is_empty() => format!(
+                "host, and CUDA device pools registered through the protocol (CUDA devices: {})",
+                devices
+                    .iter()
+                    .map(|d| format!("{} {}", d.ordinal, d.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
+            Ok(_) => "host (no CUDA device; device pools are refused as unsupported)".to_owned(),
             Err(e) => {
                 format!("host (CUDA unavailable: {e}; device pools are refused as unsupported)")
             }

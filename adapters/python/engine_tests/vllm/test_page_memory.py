@@ -5,6 +5,7 @@ the device path that need no GPU (the IPC handle torch hands out, the device's o
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import orbitkv
 import pytest
@@ -12,7 +13,14 @@ import torch
 from daemon import Daemon
 from harness import BLOCK, Instance
 from orbitkv.vllm import worker
-from orbitkv.vllm.pages import DeviceMemory, daemon_ordinal, ipc_handle, page_memory, placement
+from orbitkv.vllm.pages import (
+    DeviceMemory,
+    daemon_ordinal,
+    device_uuid,
+    ipc_handle,
+    page_memory,
+    placement,
+)
 
 LAYERS, BLOCKS, LB = 3, 8, 256
 
@@ -93,6 +101,16 @@ def test_the_daemons_ordinal_of_a_device(monkeypatch: pytest.MonkeyPatch) -> Non
     assert (daemon_ordinal(0), daemon_ordinal(1), daemon_ordinal(2)) == (3, 1, None)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8d3e6c1a")
     assert daemon_ordinal(0) is None
+
+
+def test_a_devices_uuid_names_it_in_every_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What torch prints (with or without `GPU-`) as 16 bytes; none without CUDA."""
+    assert device_uuid(0) == bytes(16)
+    text = "58b8a7b1-7a1e-4b3c-9d2f-0123456789ab"
+    for shown in (text, f"GPU-{text}"):
+        props = SimpleNamespace(uuid=shown)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index, p=props: p)
+        assert device_uuid(0) == bytes.fromhex(text.replace("-", ""))
 
 
 def test_a_device_pool_the_daemon_refuses_falls_back_to_staging(

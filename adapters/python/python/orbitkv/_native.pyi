@@ -349,7 +349,13 @@ class Connection:
         self, token: bytes, states: HostPool, memory_fd: int, offset: int
     ) -> int: ...
     def register_device_pool(
-        self, token: bytes, states: HostPool, device: int, ipc_handle: bytes, offset: int
+        self,
+        token: bytes,
+        states: HostPool,
+        device: int,
+        ipc_handle: bytes,
+        offset: int,
+        uuid: bytes = ...,
     ) -> int: ...
     def submit_query(
         self, token: bytes, epoch: int, origin: int, end: int, groups: _GroupHashes

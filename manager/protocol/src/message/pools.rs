@@ -93,11 +93,13 @@ impl Body for PageMemory {
             }
             PageMemory::Device {
                 device,
+                uuid,
                 ipc_handle,
                 offset,
             } => {
                 w.u8(1)
                     .u32(u32::from_le_bytes(device.to_le_bytes()))
+                    .raw(uuid)
                     .raw(ipc_handle)
                     .u64(*offset);
             }
@@ -109,6 +111,7 @@ impl Body for PageMemory {
             0 => Ok(PageMemory::Host),
             1 => Ok(PageMemory::Device {
                 device: i32::from_le_bytes(r.u32("device")?.to_le_bytes()),
+                uuid: r.array("device UUID")?,
                 ipc_handle: r.array("IPC handle")?,
                 offset: r.u64("offset in the allocation")?,
             }),

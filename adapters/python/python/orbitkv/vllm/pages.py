@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -194,16 +195,25 @@ class DeviceMemory(PageMemory):
     kind = "device"
 
     def __init__(
-        self, layers: list[torch.Tensor], where: Placement, device: int, handle: bytes, offset: int
+        self,
+        layers: list[torch.Tensor],
+        where: Placement,
+        device: int,
+        handle: bytes,
+        offset: int,
+        uuid: bytes = bytes(16),
     ) -> None:
         self.layers = layers
         self.states = orbitkv.HostPool(where.spec, states_only=True)
         self._device = device
         self._handle = handle
         self._offset = offset
+        self._uuid = uuid
 
     def register(self, conn: orbitkv.Connection, token: bytes) -> None:
-        conn.register_device_pool(token, self.states, self._device, self._handle, self._offset)
+        conn.register_device_pool(
+            token, self.states, self._device, self._handle, self._offset, self._uuid
+        )
 
     def fence(self) -> Fence | None:
         import torch
@@ -229,6 +239,19 @@ def ipc_handle(shared: bytes) -> bytes | None:
     if len(shared) == 66 and shared[1:2] == b"c":
         return shared[2:]
     return None
+
+
+def device_uuid(index: int) -> bytes:
+    """The 16-byte UUID of this process's CUDA device `index`, the same in every process (the
+    daemon opens the device by it, whatever `CUDA_VISIBLE_DEVICES` says here); 16 zero bytes
+    when torch does not say."""
+    import torch
+
+    try:
+        text = str(torch.cuda.get_device_properties(index).uuid)
+        return uuid.UUID(text.removeprefix("GPU-")).bytes
+    except Exception:  # an old torch, or no UUID: the ordinal names the device
+        return bytes(16)
 
 
 def daemon_ordinal(index: int) -> int | None:
@@ -274,8 +297,9 @@ def _on_device(layers: list[torch.Tensor], where: Placement) -> DeviceMemory | s
     handle = ipc_handle(bytes(shared[1]))
     if handle is None:
         return "the KV memory is an expandable segment, which no IPC handle opens"
-    device = daemon_ordinal(layers[0].device.index or 0)
-    if device is None:
-        return "CUDA_VISIBLE_DEVICES names devices by UUID"
+    index = layers[0].device.index or 0
+    device, gpu = daemon_ordinal(index), device_uuid(index)
+    if device is None and gpu == bytes(16):
+        return "CUDA_VISIBLE_DEVICES names devices by UUID, and torch gives none"
     offset = int(shared[3]) + where.origin - storage.data_ptr()
-    return DeviceMemory(layers, where, device, handle, offset)
+    return DeviceMemory(layers, where, -1 if device is None else device, handle, offset, gpu)
