@@ -122,12 +122,17 @@ pub struct Sealed {
 }
 
 pub fn seal(d: &Daemon, sim: &SimInstance) -> Sealed {
+    seal_at(&d.socket, sim)
+}
+
+/// Seals `sim`'s ranks with the daemon listening on `socket`.
+pub fn seal_at(socket: &Path, sim: &SimInstance) -> Sealed {
     let mut ranks = vec![(Role::Scheduler, 0)];
     ranks.extend((0..sim.workers).map(|r| (Role::Worker, r)));
     let threads: Vec<_> = ranks
         .into_iter()
         .map(|(role, rank)| {
-            let (socket, sim) = (d.socket.clone(), sim.clone());
+            let (socket, sim) = (socket.to_path_buf(), sim.clone());
             std::thread::spawn(move || {
                 let mut c = Client::connect(&socket).unwrap_or_else(|e| panic!("{e}"));
                 let reg = sim

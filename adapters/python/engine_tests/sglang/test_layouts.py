@@ -61,3 +61,20 @@ def test_a_layout_not_mapped_is_refused(daemon: Daemon, model_dir: Path) -> None
     is refused by SGLang's MHA host pool itself.)"""
     with pytest.raises(StartupRefused, match="--hicache-mem-layout"):
         Rank(model_dir, "unified", daemon.socket, layout="page_unified", head_groups=2)
+
+
+def test_page_first_kv_split_is_refused(
+    daemon: Daemon, model_dir: Path, mla_model_dir: Path
+) -> None:
+    """A host pool in `page_first_kv_split` keeps a page's parts in separate buffers: refused in
+    one line. (On this machine SGLang's own pools cannot be built in it, MHA's refusing the
+    layout and MLA's wanting an indexer: the pools are built as `page_first` and then report
+    it.)"""
+    for model, mla in ((model_dir, False), (mla_model_dir, True)):
+        r = Rank(model, f"kv-split-{mla}", daemon.socket, mla=mla)
+        try:
+            r.host.layout = "page_first_kv_split"
+            with pytest.raises(StartupRefused, match="page_first_kv_split is not mapped"):
+                r.backend.register_mem_pool_host(r.host)
+        finally:
+            r.close()

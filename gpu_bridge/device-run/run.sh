@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, with target/device-run (from build.sh) carried beside the working
+# tree: every step under its own timeout, everything printed also kept in one log
+# ($OUT/device-run.log when OUT is set, else target/device-run.log). Steps: the GPU's identity
+# and PCIe link; the device check twice; the PyTorch engine stand-in (KV tensors in vLLM's
+# shapes, exported through `_share_cuda_` and registered with `orbitkv serve` through the
+# package); the bridge's CUDA unit tests; the daemon's device-pool tests, end to end included.
+# Exit 0: every step passed; 1: one failed; 2: no GPU here (each step that needs one refuses
+# with 2, which is what CI checks).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+dir=target/device-run
+log="${OUT:-target}/device-run.log"
+mkdir -p "$(dirname "$log")"
+exec > >(tee -a "$log") 2>&1
+[ -d "$dir/bin" ] || { echo "no $dir: run gpu_bridge/device-run/build.sh first"; exit 1; }
+
+failed=0
+no_device=0
+# step NAME SECONDS COMMAND...: runs the command under a timeout; exit 2 is "no device".
+step() {
+    local name=$1 limit=$2
+    shift 2
+    echo "==> $name"
+    local start=$SECONDS rc
+    # A step may be a function of this script: run in a shell that has them (exported below).
+    timeout --kill-after=10 "$limit" bash -c '"$@"' step "$@"
+    rc=$?
+    echo "<== $name: exit $rc after $((SECONDS - start)) s"
+    case $rc in
+        0) ;;
+        2) no_device=1 ;;
+        *) failed=1 ;;
+    esac
+}
+
+gpu() {
+    command -v nvidia-smi >/dev/null 2>&1 || { echo "no nvidia-smi"; return 2; }
+    nvidia-smi -L | grep -q '^GPU ' || { echo "no GPU listed"; return 2; }
+    nvidia-smi --query-gpu=name,uuid,driver_version,memory.total,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,compute_mode --format=csv
+}
+
+# The package from the carried wheel, without a registry: unpacked beside the binaries.
+stand_in() {
+    local site=$dir/site
+    rm -rf "$site"
+    mkdir -p "$site"
+    python3 -m zipfile -e "$dir"/orbitkv-*.whl "$site" || return 1
+    PYTHONPATH="$PWD/$site" python3 adapters/python/device/vllm_pages_check.py \
+        --orbitkv "$dir/bin/orbitkv"
+}
+
+# A test executable that needs a GPU: refuses with 2 without one, like the other steps.
+gpu_test() {
+    gpu >/dev/null || return 2
+    "$@"
+}
+
+export dir
+export -f gpu stand_in gpu_test
+
+step "GPU identity and PCIe link" 30 gpu
+step "device check" 120 "$dir/bin/device_check"
+step "device check, again" 120 "$dir/bin/device_check"
+step "PyTorch engine stand-in through the package" 180 stand_in
+for t in "$dir"/bin/test-gpu_bridge-*; do
+    step "bridge unit tests ($(basename "$t"))" 60 gpu_test "$t" --test-threads 1
+done
+for t in "$dir"/bin/test-manager-*; do
+    step "daemon device-pool tests ($(basename "$t"))" 150 gpu_test "$t" --include-ignored --test-threads 1
+done
+
+if [ "$failed" -ne 0 ]; then
+    echo "device run: a step failed (log: $log)"
+    exit 1
+fi
+if [ "$no_device" -ne 0 ]; then
+    echo "device run: no GPU here; every step that needs one refused (log: $log)"
+    exit 2
+fi
+echo "device run: every step passed (log: $log)"
