@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use crate::backend::{PageLease, PagePool};
 use crate::error::{Error, Result};
@@ -52,6 +53,29 @@ impl Bridge {
         if let Some(p) = removed {
             p.detach();
         }
+    }
+
+    /// Detaches and forgets pool `id` at its engine's request, then waits up to `within` for
+    /// the copies still holding it to end, so that its memory is let go (a device pool's
+    /// mapping closed) before this returns: `Ok(true)`. `Ok(false)`: a copy still held it when
+    /// `within` had passed (no new copy can start).
+    pub fn unregister_and_release(&self, id: PoolId, within: Duration) -> Result<bool> {
+        let removed = self
+            .pools
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id)
+            .ok_or(Error::UnknownPool { pool: id })?;
+        removed.detach();
+        let deadline = Instant::now() + within;
+        while Arc::strong_count(&removed) > 1 {
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(removed);
+        Ok(true)
     }
 
     /// Detaches and forgets every pool (their engine's session ended).

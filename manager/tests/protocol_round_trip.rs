@@ -182,6 +182,11 @@ fn every_message() -> Vec<Message> {
             token: [7; 32],
         },
         Message::PoolRegistered { pool: PoolId(3) },
+        Message::UnregisterPool {
+            token: [9; 32],
+            pool: PoolId(3),
+        },
+        Message::PoolUnregistered { pool: PoolId(3) },
         Message::Proof(proof()),
         Message::Miss {
             reason: 3,
@@ -309,8 +314,8 @@ proptest! {
 
     #[test]
     fn arbitrary_bodies_never_panic(kind in prop::sample::select(vec![
-        0x0101u16, 0x0102, 0x0103, 0x0110, 0x0111, 0x0112, 0x0113, 0x0114, 0x0120, 0x0121,
-        0x0122, 0x0201, 0x0202, 0x0203, 0x0210, 0x0211, 0x0212, 0x0213, 0x0214, 0x0215,
+        0x0101u16, 0x0102, 0x0103, 0x0104, 0x0110, 0x0111, 0x0112, 0x0113, 0x0114, 0x0120, 0x0121,
+        0x0122, 0x0201, 0x0202, 0x0203, 0x0204, 0x0210, 0x0211, 0x0212, 0x0213, 0x0214, 0x0215,
         0x0216, 0x0220, 0x0221, 0x0222, 0x02ff, 0x7777,
     ]), body in prop::collection::vec(any::<u8>(), 0..300)) {
         let _ = Message::decode(kind, &body);

@@ -573,6 +573,20 @@ impl Connection {
         self.pool_registered(py, id)
     }
 
+    /// Ends pool `pool`'s registration. Returns once the daemon has let go of its memory (no
+    /// copy touches it; a device pool's mapping is closed), so the engine may free it.
+    fn unregister_pool(&self, py: Python<'_>, token: Vec<u8>, pool: u32) -> PyResult<()> {
+        let m = Message::UnregisterPool {
+            token: self::token(py, &token)?,
+            pool: PoolId(pool),
+        };
+        let id = self.send(py, &m)?;
+        match self.wait_message(py, id, None)? {
+            Message::PoolUnregistered { .. } => Ok(()),
+            other => Err(unexpected(py, &other, "PoolUnregistered")),
+        }
+    }
+
     /// Sends a Query (no side effects); its reply is `Proof` or `Miss`. `groups` is one
     /// `(group, [block hash, ...])` per cache group, block 0 first.
     fn submit_query(

@@ -279,3 +279,29 @@ fn engine_memory_is_mapped_only_when_sealed_against_shrinking() -> Result<()> {
     assert!(!p.copies_through_file());
     Ok(())
 }
+
+#[test]
+fn an_unregistered_pool_is_let_go_of_once_no_copy_holds_it() -> Result<()> {
+    use std::time::Duration;
+    let engine = HostPool::create(spec(4096, 4))?;
+    let bridge = crate::Bridge::new();
+    bridge.register(attach(&engine, spec(4096, 4))?)?;
+    // A copy in progress holds the pool: ending the registration waits for it, then says so.
+    let lease = bridge.lease(1, engine.page_ref(0)?)?;
+    let held = bridge.unregister_and_release(PoolId(2), Duration::from_millis(20))?;
+    assert!(!held, "let go of while a copy held it");
+    drop(lease);
+    // Gone from the bridge either way: no new copy starts, and a second end is refused.
+    assert!(matches!(
+        bridge.lease(1, engine.page_ref(1)?),
+        Err(Error::UnknownPool { .. })
+    ));
+    assert!(matches!(
+        bridge.unregister_and_release(PoolId(2), Duration::ZERO),
+        Err(Error::UnknownPool { .. })
+    ));
+    // Without a copy holding it, let go of at once.
+    bridge.register(attach(&engine, spec(4096, 4))?)?;
+    assert!(bridge.unregister_and_release(PoolId(2), Duration::ZERO)?);
+    Ok(())
+}

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use orbitkv_gpu_bridge::fdpass::send_with_fds;
 
-use orbitkv_gpu_bridge::{PageMemory, PoolSpec};
+use orbitkv_gpu_bridge::{PageMemory, PoolId, PoolSpec};
 
 use crate::frame::ReadError;
 use crate::message::{LoadRequest, Proof, PublishRequest, QueryRequest, Register, Token};
@@ -303,6 +303,15 @@ impl Client {
         )?;
         match self.reply(id)? {
             Message::PoolRegistered { .. } => Ok(()),
+            other => Err(ClientError::Unexpected(other.kind())),
+        }
+    }
+
+    /// Ends pool `pool`'s registration; returns once the daemon has let go of its memory (no
+    /// copy touches it, a device pool's mapping is closed), so the engine may free it.
+    pub fn unregister_pool(&mut self, token: Token, pool: PoolId) -> Result<(), ClientError> {
+        match self.request(&Message::UnregisterPool { token, pool })? {
+            Message::PoolUnregistered { .. } => Ok(()),
             other => Err(ClientError::Unexpected(other.kind())),
         }
     }

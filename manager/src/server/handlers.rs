@@ -56,6 +56,7 @@ pub(crate) fn handle(
             spec,
             memory,
         } => register_pool(shared, conn.id, &token, spec, memory, fds),
+        Message::UnregisterPool { token, pool } => unregister_pool(shared, conn.id, &token, pool),
         Message::Load(l) => load(shared, conn.id, &l),
         Message::Publish(p) => publish(shared, conn, request, p, started),
         other => {
@@ -189,6 +190,41 @@ fn register_pool(
     let bridge = shared.bridge(id);
     crate::transfer::register_pool(&bridge, &s, spec, memory, fds)?;
     Ok(Some(Message::PoolRegistered { pool }))
+}
+
+/// How long an UnregisterPool waits for copies still holding the pool.
+const UNREGISTER_WAIT: Duration = Duration::from_secs(5);
+
+fn unregister_pool(
+    shared: &Shared,
+    id: ConnId,
+    token: &Token,
+    pool: orbitkv_gpu_bridge::PoolId,
+) -> Result<Reply, Refusal> {
+    let s = shared.session(token, None)?;
+    if s.role != Role::Worker {
+        return Err(Refusal::new(
+            ErrorCode::Malformed,
+            "only a worker session registers page pools",
+        ));
+    }
+    match shared
+        .bridge(id)
+        .unregister_and_release(pool, UNREGISTER_WAIT)
+    {
+        Ok(true) => Ok(Some(Message::PoolUnregistered { pool })),
+        Ok(false) => Err(Refusal::new(
+            ErrorCode::Internal,
+            format!(
+                "pool {pool}: a copy still held it after {} s; keep its memory until the session closes",
+                UNREGISTER_WAIT.as_secs()
+            ),
+        )),
+        Err(e) => Err(Refusal::new(
+            ErrorCode::Malformed,
+            format!("pool {pool}: {e}"),
+        )),
+    }
 }
 
 fn load(shared: &Shared, id: ConnId, l: &LoadRequest) -> Result<Reply, Refusal> {

@@ -63,6 +63,14 @@ pub enum Message {
         /// Where its pages are.
         memory: orbitkv_gpu_bridge::PageMemory,
     },
+    /// A worker ends a pool's registration; answered once the daemon has let go of its memory
+    /// (no copy touches it, its mapping is closed), so the engine may free it.
+    UnregisterPool {
+        /// The session token.
+        token: Token,
+        /// The pool.
+        pool: PoolId,
+    },
     /// The longest proven restorable boundary, without side effects.
     Query(QueryRequest),
     /// As a query, then pins the proven records under a lease.
@@ -107,6 +115,11 @@ pub enum Message {
     },
     /// The pool is registered.
     PoolRegistered {
+        /// The pool.
+        pool: PoolId,
+    },
+    /// The pool's registration ended and the daemon let go of its memory.
+    PoolUnregistered {
         /// The pool.
         pool: PoolId,
     },
@@ -182,6 +195,7 @@ pub mod kind {
     pub const HELLO: u16 = 0x0101;
     pub const REGISTER: u16 = 0x0102;
     pub const REGISTER_POOL: u16 = 0x0103;
+    pub const UNREGISTER_POOL: u16 = 0x0104;
     pub const QUERY: u16 = 0x0110;
     pub const ACQUIRE: u16 = 0x0111;
     pub const LOAD: u16 = 0x0112;
@@ -193,6 +207,7 @@ pub mod kind {
     pub const WELCOME: u16 = 0x0201;
     pub const SEALED: u16 = 0x0202;
     pub const POOL_REGISTERED: u16 = 0x0203;
+    pub const POOL_UNREGISTERED: u16 = 0x0204;
     pub const PROOF: u16 = 0x0210;
     pub const MISS: u16 = 0x0211;
     pub const LEASED: u16 = 0x0212;
@@ -223,7 +238,7 @@ impl std::fmt::Debug for Kind {
 }
 
 /// Every message type of version 1: what [`Message::decode`] dispatches over.
-pub const KINDS: [Kind; 25] = [
+pub const KINDS: [Kind; 27] = [
     Kind {
         code: kind::HELLO,
         name: "Hello",
@@ -238,6 +253,11 @@ pub const KINDS: [Kind; 25] = [
         code: kind::REGISTER_POOL,
         name: "RegisterPool",
         decode: pools::decode_register_pool,
+    },
+    Kind {
+        code: kind::UNREGISTER_POOL,
+        name: "UnregisterPool",
+        decode: pools::decode_unregister_pool,
     },
     Kind {
         code: kind::QUERY,
@@ -293,6 +313,15 @@ pub const KINDS: [Kind; 25] = [
         code: kind::POOL_REGISTERED,
         name: "PoolRegistered",
         decode: pools::decode_pool_registered,
+    },
+    Kind {
+        code: kind::POOL_UNREGISTERED,
+        name: "PoolUnregistered",
+        decode: |r| {
+            Ok(Message::PoolUnregistered {
+                pool: PoolId(r.u32("pool")?),
+            })
+        },
     },
     Kind {
         code: kind::PROOF,
@@ -366,6 +395,7 @@ impl Message {
             Message::Hello { .. } => kind::HELLO,
             Message::Register(_) => kind::REGISTER,
             Message::RegisterPool { .. } => kind::REGISTER_POOL,
+            Message::UnregisterPool { .. } => kind::UNREGISTER_POOL,
             Message::Query(_) => kind::QUERY,
             Message::Acquire(_) => kind::ACQUIRE,
             Message::Load(_) => kind::LOAD,
@@ -377,6 +407,7 @@ impl Message {
             Message::Welcome { .. } => kind::WELCOME,
             Message::Sealed { .. } => kind::SEALED,
             Message::PoolRegistered { .. } => kind::POOL_REGISTERED,
+            Message::PoolUnregistered { .. } => kind::POOL_UNREGISTERED,
             Message::Proof(_) => kind::PROOF,
             Message::Miss { .. } => kind::MISS,
             Message::Leased { .. } => kind::LEASED,
@@ -403,6 +434,9 @@ impl Message {
                 spec,
                 memory,
             } => pools::encode_register_pool(w_, token, spec, memory),
+            Message::UnregisterPool { token, pool } => {
+                pools::encode_unregister_pool(w_, token, *pool);
+            }
             Message::Query(q) | Message::Acquire(q) => q.encode(w_),
             Message::Load(l) => l.encode(w_),
             Message::Publish(p) => p.encode(w_),
@@ -418,7 +452,9 @@ impl Message {
                 namespace,
                 token,
             } => session::encode_sealed(w_, *session, *epoch, namespace, token),
-            Message::PoolRegistered { pool } => pools::encode_pool_registered(w_, *pool),
+            Message::PoolRegistered { pool } | Message::PoolUnregistered { pool } => {
+                pools::encode_pool_registered(w_, *pool);
+            }
             Message::Proof(p) => p.encode(w_),
             Message::Miss { reason, detail } => query::encode_miss(w_, *reason, detail),
             Message::Leased {

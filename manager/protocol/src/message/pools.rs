@@ -145,6 +145,17 @@ pub(super) fn decode_register_pool(r: &mut Reader<'_>) -> Result<Message> {
     })
 }
 
+pub(super) fn encode_unregister_pool(w: &mut Writer, token: &Token, pool: PoolId) {
+    w.raw(token).u32(pool.0);
+}
+
+pub(super) fn decode_unregister_pool(r: &mut Reader<'_>) -> Result<Message> {
+    Ok(Message::UnregisterPool {
+        token: r.array("token")?,
+        pool: PoolId(r.u32("pool")?),
+    })
+}
+
 pub(super) fn encode_pool_registered(w: &mut Writer, pool: PoolId) {
     w.u32(pool.0);
 }
