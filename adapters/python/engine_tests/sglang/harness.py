@@ -9,6 +9,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orbitkv
 import torch
@@ -101,49 +102,7 @@ class Rank:
         )
         set_global_server_args_for_scheduler(server)
         torch_dtype = getattr(torch, self.dtype)
-        if self.mla:
-            self.device = MLATokenToKVPool(
-                size=256,
-                page_size=self.page,
-                dtype=torch_dtype,
-                kv_lora_rank=LORA,
-                qk_rope_head_dim=ROPE,
-                layer_num=LAYERS,
-                device="cpu",
-                enable_memory_saver=False,
-            )
-        else:
-            self.device = MHATokenToKVPool(
-                size=256,
-                page_size=self.page,
-                dtype=torch_dtype,
-                head_num=HEADS // self.tp,
-                head_dim=HEAD,
-                layer_num=LAYERS,
-                device="cpu",
-                enable_memory_saver=False,
-                enable_alt_stream=False,
-            )
-        host_pool = MLATokenToKVPoolHost if self.mla else MHATokenToKVPoolHost
-        extra_args: dict[str, object] = (
-            {"target_layer_num": self.device.layer_num}
-            if self.mla
-            else {"head_group_num": self.head_groups}
-        )
-        self.host = host_pool(
-            self.device.get_device_pool_infos()[0].buffer_info,
-            self.ratio,
-            0,
-            self.page,
-            self.layout,
-            pin_memory=False,
-            device="cpu",
-            allocator_type="shm",
-            device_capacity_tokens=self.device.size,
-            start_layer=self.device.start_layer,
-            end_layer=self.device.end_layer,
-            **extra_args,
-        )
+        self.device, self.host = self._pools(torch_dtype, mla=self.mla)
         config = HiCacheStorageConfig(
             tp_rank=self.tp_rank,
             tp_size=self.tp,
@@ -167,22 +126,38 @@ class Rank:
             self.backend.register_mem_host_pool_v2(self.mamba, PoolName.MAMBA)
         self.backend.on_host_pools_registered()
 
-    def _sidecars(self, dtype: torch.dtype) -> tuple[MHATokenToKVPoolHost, MambaPoolHost]:
-        """A sliding-window host pool (SGLang's MHA host pool over a device pool of its own)
-        and a Mamba host pool, both in shared memory."""
-        swa_device = MHATokenToKVPool(
-            size=256,
-            page_size=self.page,
-            dtype=dtype,
-            head_num=HEADS // self.tp,
-            head_dim=HEAD,
-            layer_num=LAYERS,
-            device="cpu",
-            enable_memory_saver=False,
-            enable_alt_stream=False,
+    def _pools(self, dtype: torch.dtype, mla: bool) -> tuple[Any, Any]:
+        """A device KV pool and its HiCache host pool in shared memory (MHA or MLA)."""
+        device: Any
+        if mla:
+            device = MLATokenToKVPool(
+                size=256,
+                page_size=self.page,
+                dtype=dtype,
+                kv_lora_rank=LORA,
+                qk_rope_head_dim=ROPE,
+                layer_num=LAYERS,
+                device="cpu",
+                enable_memory_saver=False,
+            )
+        else:
+            device = MHATokenToKVPool(
+                size=256,
+                page_size=self.page,
+                dtype=dtype,
+                head_num=HEADS // self.tp,
+                head_dim=HEAD,
+                layer_num=LAYERS,
+                device="cpu",
+                enable_memory_saver=False,
+                enable_alt_stream=False,
+            )
+        host_pool = MLATokenToKVPoolHost if mla else MHATokenToKVPoolHost
+        extra_args: dict[str, object] = (
+            {"target_layer_num": device.layer_num} if mla else {"head_group_num": self.head_groups}
         )
-        swa = MHATokenToKVPoolHost(
-            swa_device.get_device_pool_infos()[0].buffer_info,
+        host = host_pool(
+            device.get_device_pool_infos()[0].buffer_info,
             self.ratio,
             0,
             self.page,
@@ -190,10 +165,17 @@ class Rank:
             pin_memory=False,
             device="cpu",
             allocator_type="shm",
-            device_capacity_tokens=swa_device.size,
-            start_layer=swa_device.start_layer,
-            end_layer=swa_device.end_layer,
+            device_capacity_tokens=device.size,
+            start_layer=device.start_layer,
+            end_layer=device.end_layer,
+            **extra_args,
         )
+        return device, host
+
+    def _sidecars(self, dtype: torch.dtype) -> tuple[MHATokenToKVPoolHost, MambaPoolHost]:
+        """A sliding-window host pool (SGLang's MHA host pool over a device pool of its own)
+        and a Mamba host pool, both in shared memory."""
+        _, swa = self._pools(dtype, mla=False)
         info = MambaStateBufferInfo(
             temporal=torch.zeros(LAYERS, STATE_SLOTS, *SSM_SHAPE, dtype=torch.float32),
             conv=(torch.zeros(LAYERS, STATE_SLOTS, *CONV_SHAPE, dtype=dtype),),

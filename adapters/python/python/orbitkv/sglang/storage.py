@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, PoolTransferResult
 
@@ -42,6 +42,8 @@ from orbitkv.sglang.settings import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import torch
     from sglang.srt.mem_cache.hicache_storage import (
         HiCacheStorageConfig,
@@ -53,6 +55,17 @@ if TYPE_CHECKING:
     from orbitkv._native import _PublishPage
 
 log = logging.getLogger("orbitkv.sglang")
+
+
+class _Placed(NamedTuple):
+    """One key of a pool transfer in one group of its pool."""
+
+    block: int
+    group: HostPages
+    page: int
+    # The transfer's pool name, the key's index, and the groups of the pool.
+    owner: tuple[str, int, int]
+
 
 # How long a call waits for the daemon, at most: a Query, an Acquire, a Load, a PublishCopied.
 QUERY_WAIT = 1.0
@@ -475,25 +488,15 @@ class OrbitKVStorage(HiCacheStorage):
                     for block in load.blocks
                 }
                 pages, owners = [], []
-                for transfer, groups in sidecars:
-                    tkeys = list(transfer.keys or [])
-                    tfirst = len(chain) - len(tkeys)
-                    slots = (
-                        transfer.host_indices.tolist() if transfer.host_indices is not None else []
+                for p in self._placed(sidecars, len(chain)):
+                    if (p.group.group, p.block) not in proven:
+                        continue
+                    g = p.group
+                    generation = self.states[g.pool].reuse(p.page)
+                    pages.append(
+                        (p.block, g.group, self.s.rank, g.pool, p.page, generation, 0, g.layers)
                     )
-                    for g in groups:
-                        if len(slots) != len(tkeys) * g.slots_per_page:
-                            continue
-                        for i in range(len(tkeys)):
-                            block = tfirst + i
-                            if (g.group, block) not in proven:
-                                continue
-                            page = int(slots[i * g.slots_per_page]) // g.slots_per_page
-                            generation = self.states[g.pool].reuse(page)
-                            pages.append(
-                                (block, g.group, self.s.rank, g.pool, page, generation, 0, g.layers)
-                            )
-                            owners.append((str(transfer.name), i, len(groups)))
+                    owners.append(p.owner)
                 if pages:
                     loading = [(p[3], p[4]) for p in pages]
                     request = conn.submit_load(seal.token, seal.epoch, leased.lease, pages)
@@ -526,33 +529,17 @@ class OrbitKVStorage(HiCacheStorage):
                 return done
             conn, seal = live
             ps = self.s.page_size
+            chain = self._chain(max((list(t.keys or []) for t in transfers), key=len), prefix)
             pages, owners = [], []
-            for transfer, groups in sidecars:
-                tkeys = list(transfer.keys or [])
-                chain = self._chain(tkeys, prefix)
-                slots = transfer.host_indices.tolist() if transfer.host_indices is not None else []
-                for g in groups:
-                    if len(slots) != len(tkeys) * g.slots_per_page:
-                        continue
-                    for i in range(len(tkeys)):
-                        n = len(prefix) + i
-                        page = int(slots[i * g.slots_per_page]) // g.slots_per_page
-                        generation = self.states[g.pool].reuse(page)
-                        parent = chain[n - 1] if n else b""
-                        pages.append(
-                            (
-                                g.group,
-                                self.s.rank,
-                                chain[n],
-                                parent,
-                                n * ps,
-                                (n + 1) * ps,
-                                g.pool,
-                                page,
-                                generation,
-                            )
-                        )
-                        owners.append((str(transfer.name), i, len(groups)))
+            for p in self._placed(sidecars, len(chain)):
+                n, g = p.block, p.group
+                generation = self.states[g.pool].reuse(p.page)
+                parent = chain[n - 1] if n else b""
+                start, end = n * ps, (n + 1) * ps
+                pages.append(
+                    (g.group, self.s.rank, chain[n], parent, start, end, g.pool, p.page, generation)
+                )
+                owners.append(p.owner)
             if not pages:
                 return done
             copying = [(p[6], p[7]) for p in pages]
@@ -567,6 +554,24 @@ class OrbitKVStorage(HiCacheStorage):
             return done
         finally:
             self._settle(copying)
+
+    @staticmethod
+    def _placed(
+        sidecars: list[tuple[PoolTransfer, list[HostPages]]], end: int
+    ) -> Iterator[_Placed]:
+        """Each key of each transfer (its trailing keys end at block `end`) in each group of its
+        pool, with its host page; a group whose host indices do not match the keys is left out
+        (its keys are then never done)."""
+        for transfer, groups in sidecars:
+            keys = list(transfer.keys or [])
+            first = end - len(keys)
+            slots = transfer.host_indices.tolist() if transfer.host_indices is not None else []
+            for g in groups:
+                if len(slots) != len(keys) * g.slots_per_page:
+                    continue
+                for i in range(len(keys)):
+                    page = int(slots[i * g.slots_per_page]) // g.slots_per_page
+                    yield _Placed(first + i, g, page, (str(transfer.name), i, len(groups)))
 
     @staticmethod
     def _count(
