@@ -100,6 +100,22 @@ impl DeviceCopier {
         r
     }
 
+    /// The baseline of the bridge's batched copy: the first `bytes` of `region` written from this
+    /// copier's own staging halves, in turn, with plain async copies on its own stream and one
+    /// event at the end. What a batched load costs beyond this is the bridge's.
+    pub fn copy_staged_raw(&mut self, region: &DeviceRegion, bytes: usize) -> Result<()> {
+        let _drain = DrainOnUnwind(&self.stream);
+        let half = self.batch_bytes();
+        let (mut at, mut k) = (0, 0);
+        while at < bytes {
+            let len = half.min(bytes - at);
+            let dst = region.at(at as u64, len)?;
+            self.stream.htod(dst, &self.halves[k], 0..len)?;
+            (at, k) = (at + len, 1 - k);
+        }
+        self.stream.record()?.wait()
+    }
+
     /// Copies `items` out of `region`, appending item `i`'s layers (packed) to `outs[i]`, in
     /// batches.
     pub fn copy_out(
