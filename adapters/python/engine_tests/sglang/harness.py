@@ -14,6 +14,7 @@ from typing import Any
 import orbitkv
 import torch
 from orbitkv.sglang import storage
+from sglang.srt.distributed.utils import get_pp_indices
 from sglang.srt.mem_cache.device_pool_info import MambaStateBufferInfo
 from sglang.srt.mem_cache.hicache_storage import (
     HiCacheStorageConfig,
@@ -74,6 +75,11 @@ class Rank:
     page: int = PAGE
     tp: int = 1
     tp_rank: int = 0
+    # Pipeline stages, this rank's, and the model's layers (its config's `num_hidden_layers`):
+    # each stage holds its part of them, as SGLang partitions them.
+    pp: int = 1
+    pp_rank: int = 0
+    layers: int = LAYERS
     dp_rank: int = 0
     # SGLang's head groups of a page_unified host page.
     head_groups: int = 1
@@ -94,6 +100,7 @@ class Rank:
             page_size=self.page,
             dtype=self.dtype,
             tp_size=self.tp,
+            pp_size=self.pp,
             enable_hierarchical_cache=True,
             hicache_mem_layout=self.layout,
             hicache_storage_backend="dynamic",
@@ -106,8 +113,8 @@ class Rank:
         config = HiCacheStorageConfig(
             tp_rank=self.tp_rank,
             tp_size=self.tp,
-            pp_rank=0,
-            pp_size=1,
+            pp_rank=self.pp_rank,
+            pp_size=self.pp,
             attn_cp_rank=0,
             attn_cp_size=1,
             is_mla_model=self.mla,
@@ -127,7 +134,9 @@ class Rank:
         self.backend.on_host_pools_registered()
 
     def _pools(self, dtype: torch.dtype, mla: bool) -> tuple[Any, Any]:
-        """A device KV pool and its HiCache host pool in shared memory (MHA or MLA)."""
+        """A device KV pool of this rank's pipeline stage and its HiCache host pool in shared
+        memory (MHA or MLA)."""
+        start, end = get_pp_indices(self.layers, self.pp_rank, self.pp)
         device: Any
         if mla:
             device = MLATokenToKVPool(
@@ -136,7 +145,7 @@ class Rank:
                 dtype=dtype,
                 kv_lora_rank=LORA,
                 qk_rope_head_dim=ROPE,
-                layer_num=LAYERS,
+                layer_num=end - start,
                 device="cpu",
                 enable_memory_saver=False,
             )
@@ -147,10 +156,12 @@ class Rank:
                 dtype=dtype,
                 head_num=HEADS // self.tp,
                 head_dim=HEAD,
-                layer_num=LAYERS,
+                layer_num=end - start,
                 device="cpu",
                 enable_memory_saver=False,
                 enable_alt_stream=False,
+                start_layer=start,
+                end_layer=end - 1,
             )
         host_pool = MLATokenToKVPoolHost if mla else MHATokenToKVPoolHost
         extra_args: dict[str, object] = (
@@ -307,10 +318,20 @@ class Rank:
 def tensor_parallel(model: Path, name: str, socket: str, tp: int, **kw: object) -> list[Rank]:
     """The `tp` ranks of one server, registered together (as SGLang's rank processes start
     side by side), each sealed."""
+    return _together([dict(tp=tp, tp_rank=r, **kw) for r in range(tp)], model, name, socket)
+
+
+def pipeline(model: Path, name: str, socket: str, pp: int, layers: int) -> list[Rank]:
+    """The `pp` stages of one server of a model of `layers` layers, registered together."""
+    ranks: list[dict[str, object]] = [dict(pp=pp, pp_rank=r, layers=layers) for r in range(pp)]
+    return _together(ranks, model, name, socket)
+
+
+def _together(ranks: list[dict[str, object]], model: Path, name: str, socket: str) -> list[Rank]:
     wait, storage.SEAL_WAIT = storage.SEAL_WAIT, 0.0
     try:
-        ranks = [Rank(model, name, socket, tp=tp, tp_rank=r, **kw) for r in range(tp)]  # type: ignore[arg-type]
+        made = [Rank(model, name, socket, **kw) for kw in ranks]  # type: ignore[arg-type]
     finally:
         storage.SEAL_WAIT = wait
-    assert all(r.sealed(wait=10.0) for r in ranks)
-    return ranks
+    assert all(r.sealed(wait=10.0) for r in made)
+    return made

@@ -56,10 +56,11 @@ def test_host_pools_not_mapped_are_refused_by_name(daemon: Daemon, model_dir: Pa
         r.close()
 
 
-def test_pipeline_parallelism_is_refused(daemon: Daemon, model_dir: Path) -> None:
-    r = Rank(model_dir, "pp", daemon.socket)
+def test_pipeline_parallelism_with_mla_is_refused(daemon: Daemon, mla_model_dir: Path) -> None:
+    """One copy of an MLA page for every rank has one layer count; stages have several."""
+    r = Rank(mla_model_dir, "pp-mla", daemon.socket, mla=True)
     r.close()
-    with pytest.raises(StartupRefused, match="--pp-size 1"):
+    with pytest.raises(StartupRefused, match="pipeline parallelism with MLA"):
         OrbitKVStorage(dataclasses.replace(r.backend.config, pp_size=2))
 
 

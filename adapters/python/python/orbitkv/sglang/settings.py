@@ -82,6 +82,8 @@ class Settings:
     # An MLA model: one copy of each page for every TP rank, published by the storage writer.
     mla: bool
     writer: bool
+    # With pipeline parallelism, each stage's layer count (SGLang's own partition).
+    stage_layers: tuple[int, ...] = ()
 
     @property
     def workers(self) -> int:
@@ -179,10 +181,10 @@ def settings_from(config: HiCacheStorageConfig) -> Settings:
             "the v1 storage calls (zero-copy host pages) are not selected",
             'add "interface_v1": 1 to --hicache-storage-backend-extra-config',
         )
-    if config.pp_size > 1:
+    if config.pp_size > 1 and config.is_mla_model:
         raise _refuse(
-            "pipeline parallelism is not mapped yet (each stage's layers would need their own "
-            "records)",
+            "pipeline parallelism with MLA is not mapped yet (one copy for every rank would "
+            "need a layer count per stage)",
             "run with --pp-size 1, or without the OrbitKV backend",
         )
     if config.attn_cp_size > 1 or config.dcp_size > 1:
@@ -214,7 +216,47 @@ def settings_from(config: HiCacheStorageConfig) -> Settings:
         pp_rank=int(config.pp_rank),
         mla=bool(config.is_mla_model),
         writer=bool(config.is_storage_writer),
+        stage_layers=_stage_layers(int(config.pp_size)),
     )
+
+
+def _stage_layers(stages: int) -> tuple[int, ...]:
+    """Each pipeline stage's layer count, as SGLang partitions the model's layers (its own
+    function, `SGLANG_PP_LAYER_PARTITION` included); none without pipeline parallelism."""
+    if stages == 1:
+        return ()
+    from sglang.srt.distributed.utils import get_pp_indices
+    from sglang.srt.runtime_context import process_model_config
+
+    try:
+        layers = int(process_model_config().num_hidden_layers)
+        bounds = [get_pp_indices(layers, stage, stages) for stage in range(stages)]
+    except Exception as e:
+        raise _refuse(
+            f"the layers of each pipeline stage cannot be known ({e})",
+            "run with --pp-size 1, or without the OrbitKV backend",
+        ) from e
+    return tuple(end - start for start, end in bounds)
+
+
+def check_stage(s: Settings, pages: HostPages) -> None:
+    """`StartupRefused` when the host pool does not hold this rank's stage's layers."""
+    if s.stage_layers and pages.layers != s.stage_layers[s.pp_rank]:
+        raise _refuse(
+            f"the host pool holds {pages.layers} layers; pipeline stage {s.pp_rank} has "
+            f"{s.stage_layers[s.pp_rank]} of {sum(s.stage_layers)}",
+            "report this configuration: SGLang partitioned the layers another way",
+        )
+
+
+def stage_pages(pages: HostPages, layers: int) -> HostPages:
+    """`pages` as they are on a pipeline stage of `layers` layers (another rank's record)."""
+    if layers == pages.layers:
+        return pages
+    counts = {name: count for name, count, _ in pages.axes} | {"layer": layers}
+    axes = _axes(tuple(name for name, _, _ in pages.axes), counts, pages.axes[-1][2])
+    page_bytes = pages.page_bytes // pages.layers * layers
+    return dataclasses.replace(pages, layers=layers, axes=axes, page_bytes=page_bytes)
 
 
 @dataclass(frozen=True)
@@ -339,6 +381,8 @@ def sidecar_pages(name: str, host: HostKVCache, s: Settings) -> list[HostPages]:
     kind = type(host).__name__
     if s.mla:
         raise hybrid_refusal(name, "of an MLA model is not mapped yet")
+    if s.pipeline > 1:
+        raise hybrid_refusal(name, "with pipeline parallelism is not mapped yet")
     if name == "swa" and kind == "MHATokenToKVPoolHost":
         window = swa_window(s)
         pages = host_pages(host, SWA_GROUP, SWA_POOL)
@@ -501,14 +545,25 @@ def storage_layout(s: Settings, groups: list[HostPages]) -> orbitkv.StorageLayou
                 id=pages.group,
                 component=pages.component,
                 block_tokens=s.page_size,
-                page_bytes=pages.page_bytes,
-                formats=[state_format(s, pages, r) for r in range(1 if pages.mla else s.workers)],
+                # Rank 0's, as every rank says it (pipeline stages differ).
+                page_bytes=_of_rank(s, pages, 0).page_bytes,
+                formats=[
+                    state_format(s, _of_rank(s, pages, r), r)
+                    for r in range(1 if pages.mla else s.workers)
+                ],
             )
             for pages in groups
         ],
         tensor=s.tensor,
         pipeline=s.pipeline,
     )
+
+
+def _of_rank(s: Settings, pages: HostPages, rank: int) -> HostPages:
+    """This rank's `pages` as rank `rank` holds them: its pipeline stage's layers."""
+    if not s.stage_layers:
+        return pages
+    return stage_pages(pages, s.stage_layers[rank // s.tensor])
 
 
 def identity(s: Settings) -> orbitkv.Identity:

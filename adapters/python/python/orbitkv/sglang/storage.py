@@ -30,6 +30,7 @@ from orbitkv.sglang.settings import (
     GROUP,
     POOL,
     HostPages,
+    check_stage,
     host_pages,
     hybrid_refusal,
     identity,
@@ -116,6 +117,7 @@ class OrbitKVStorage(HiCacheStorage):
             self.session.close()
             self.session = None
         self.pages = host_pages(mem_pool_host)
+        check_stage(self.s, self.pages)
         self.groups = [self.pages]
         self.sidecars = {}
 
