@@ -7,6 +7,7 @@ mod output;
 mod size;
 mod tokens;
 mod trace;
+mod tracegen;
 
 use std::process::ExitCode;
 

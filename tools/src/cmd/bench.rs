@@ -32,6 +32,10 @@ pub enum BenchCommand {
     Verify(VerifyArgs),
     /// Replay a Mooncake-format request trace against a capacity-bounded store.
     Replay(crate::cmd::replay::ReplayArgs),
+    /// Write a synthetic Mooncake-format trace of one workload shape, seeded.
+    TraceGen(crate::cmd::tracegen::TraceGenArgs),
+    /// Print how traces reuse their blocks (reuses, reuse distance, shared prefixes).
+    TraceStats(crate::cmd::tracegen::TraceStatsArgs),
 }
 
 /// When `bench write` syncs.
@@ -142,6 +146,8 @@ pub fn run(cmd: &BenchCommand, out: &Output) -> Result<(), Failure> {
         BenchCommand::Write(a) => write(a, out),
         BenchCommand::Verify(a) => verify(a, out),
         BenchCommand::Replay(a) => crate::cmd::replay::run(a, out),
+        BenchCommand::TraceGen(a) => crate::cmd::tracegen::generate_trace(a, out),
+        BenchCommand::TraceStats(a) => crate::cmd::tracegen::print_stats(a, out),
     }
 }
 

@@ -11,3 +11,4 @@ pub mod loadgen;
 pub mod replay;
 pub mod serve;
 pub mod store;
+pub mod tracegen;
