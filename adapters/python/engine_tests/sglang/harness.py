@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,14 @@ LAYERS, HEADS, HEAD = 2, 2, 32
 LORA, ROPE = 64, 16
 # A hybrid model's Mamba state: its recurrent state per layer and its convolution state.
 SSM_SHAPE, CONV_SHAPE, STATE_SLOTS = (2, 8, 16), (3, 64), 32
+
+
+def model_variant(model: Path, into: Path, **config: object) -> Path:
+    """A copy of the model directory `model` in `into`, its config.json changed by `config`."""
+    shutil.copytree(model, into, dirs_exist_ok=True)
+    path = into / "config.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | config))
+    return into
 
 
 def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:

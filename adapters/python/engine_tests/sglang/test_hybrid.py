@@ -5,15 +5,13 @@ the Mamba checkpoint all hold."""
 
 from __future__ import annotations
 
-import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from daemon import Daemon
-from harness import PAGE, Rank, same_bytes
+from harness import PAGE, Rank, model_variant, same_bytes
 from sglang.srt.mem_cache.hicache_storage import (
     HiCacheStorageExtraInfo,
     PoolHitPolicy,
@@ -29,12 +27,7 @@ TOKENS = list(range(300, 300 + 6 * PAGE))
 
 @pytest.fixture(scope="module")
 def hybrid_model_dir(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("tiny-hybrid")
-    shutil.copytree(model_dir, d, dirs_exist_ok=True)
-    config = json.loads((d / "config.json").read_text())
-    config["sliding_window"] = WINDOW
-    (d / "config.json").write_text(json.dumps(config))
-    return d
+    return model_variant(model_dir, tmp_path_factory.mktemp("tiny-hybrid"), sliding_window=WINDOW)
 
 
 @pytest.fixture

@@ -4,13 +4,11 @@ every stage stored its part; each stage loads its own, byte-exact."""
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import pytest
 from daemon import Daemon
-from harness import PAGE, pipeline, same_bytes
+from harness import PAGE, model_variant, pipeline, same_bytes
 
 TOKENS = [(i * 41 + 7) % 1000 for i in range(3 * PAGE)]
 # Three layers over two stages: SGLang gives the last stage the extra one.
@@ -19,12 +17,7 @@ LAYERS = 3
 
 @pytest.fixture(scope="module")
 def model3(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("tiny-llama-3")
-    shutil.copytree(model_dir, d, dirs_exist_ok=True)
-    config = json.loads((d / "config.json").read_text())
-    config["num_hidden_layers"] = LAYERS
-    (d / "config.json").write_text(json.dumps(config))
-    return d
+    return model_variant(model_dir, tmp_path_factory.mktemp("tiny-3"), num_hidden_layers=LAYERS)
 
 
 def test_every_stage_stores_and_loads_its_layers(daemon: Daemon, model3: Path) -> None:
