@@ -86,16 +86,12 @@ pub struct Request {
     pub hash_ids: Vec<u64>,
 }
 
-/// SplitMix64: small, seeded, the same everywhere.
+/// The simulator's SplitMix64 stream, with the draws a trace needs.
 struct Rng(u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        orbitkv_sim::payload::splitmix64(&mut self.0)
     }
     /// Uniform in `[0, 1)`.
     fn unit(&mut self) -> f64 {
