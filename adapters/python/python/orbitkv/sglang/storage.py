@@ -15,6 +15,7 @@ No call raises into SGLang's threads: a failure is a miss, or a page not stored.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import Counter
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     )
     from sglang.srt.mem_cache.pool_host.base import HostKVCache
 
-    from orbitkv._native import _PublishPage
+    from orbitkv._native import _LoadPage, _PublishPage
 
 log = logging.getLogger("orbitkv.sglang")
 
@@ -296,13 +297,9 @@ class OrbitKVStorage(HiCacheStorage):
             ps, first = self.s.page_size, len(prefix)
             # The KV pages alone: SGLang loads a hybrid model's other pools afterwards (v2), and
             # a long prefix in batches whose ends need not be any other pool's boundary.
-            request = conn.submit_acquire(
-                seal.token, seal.epoch, first * ps, len(chain) * ps, self._named([GROUP], chain)
-            )
-            leased = self._ask(conn, request, QUERY_WAIT)
-            if not isinstance(leased, orbitkv.Leased):
-                return done
-            try:
+            with self._acquired(conn, seal, first * ps, [GROUP], chain) as leased:
+                if leased is None:
+                    return done
                 slots = host_indices.tolist()
                 wanted: list[int] = []
                 pages = []
@@ -322,14 +319,11 @@ class OrbitKVStorage(HiCacheStorage):
                             wanted.append(i)
                 if pages:
                     loading = [(POOL, p[4]) for p in pages]
-                    request = conn.submit_load(seal.token, seal.epoch, leased.lease, pages)
-                    statuses = self._ask(conn, request, LOAD_WAIT)
-                    if isinstance(statuses, orbitkv.Pages):
+                    statuses = self._load(conn, seal, leased, pages)
+                    if statuses is not None:
                         loading = []
-                        for i, status in zip(wanted, statuses.statuses, strict=False):
+                        for i, status in zip(wanted, statuses, strict=False):
                             done[i] = status == "ok"
-            finally:
-                conn.forget(conn.submit_release(seal.token, leased.lease))
             loaded = sum(done)
             self.stats["loaded_pages"] += loaded
             self.stats["load_failures"] += len(wanted) - loaded
@@ -386,6 +380,43 @@ class OrbitKVStorage(HiCacheStorage):
             return done
         finally:
             self._settle(copying)
+
+    @contextlib.contextmanager
+    def _acquired(
+        self,
+        conn: orbitkv.Connection,
+        seal: orbitkv.Sealed,
+        origin: int,
+        groups: list[int],
+        chain: list[bytes],
+    ) -> Iterator[orbitkv.Leased | None]:
+        """The lease of what the daemon proves of `groups` from `origin` to the chain's end
+        (`None`: nothing, or no reply), released when the block ends."""
+        end = len(chain) * self.s.page_size
+        request = conn.submit_acquire(
+            seal.token, seal.epoch, origin, end, self._named(groups, chain)
+        )
+        leased = self._ask(conn, request, QUERY_WAIT)
+        if not isinstance(leased, orbitkv.Leased):
+            yield None
+            return
+        try:
+            yield leased
+        finally:
+            conn.forget(conn.submit_release(seal.token, leased.lease))
+
+    def _load(
+        self,
+        conn: orbitkv.Connection,
+        seal: orbitkv.Sealed,
+        leased: orbitkv.Leased,
+        pages: list[_LoadPage],
+    ) -> list[str] | None:
+        """Loads `pages` under the lease: each page's status, or `None` when the reply never
+        came (the caller then settles the pages)."""
+        request = conn.submit_load(seal.token, seal.epoch, leased.lease, pages)
+        statuses = self._ask(conn, request, LOAD_WAIT)
+        return statuses.statuses if isinstance(statuses, orbitkv.Pages) else None
 
     def _publish(
         self, conn: orbitkv.Connection, seal: orbitkv.Sealed, pages: list[_PublishPage]
@@ -473,16 +504,10 @@ class OrbitKVStorage(HiCacheStorage):
             chain = self._chain(keys, prefix)
             ps, first = self.s.page_size, len(prefix)
             named = [g.group for _, groups in sidecars for g in groups]
-            request = conn.submit_acquire(
-                seal.token, seal.epoch, first * ps, len(chain) * ps, self._named(named, chain)
-            )
-            leased = self._ask(conn, request, QUERY_WAIT)
-            # Only the boundary at the chain's end is the one SGLang restores to.
-            if not isinstance(leased, orbitkv.Leased) or leased.proof.boundary != len(chain) * ps:
-                if isinstance(leased, orbitkv.Leased):
-                    conn.forget(conn.submit_release(seal.token, leased.lease))
-                return done
-            try:
+            with self._acquired(conn, seal, first * ps, named, chain) as leased:
+                # Only the boundary at the chain's end is the one SGLang restores to.
+                if leased is None or leased.proof.boundary != len(chain) * ps:
+                    return done
                 proven = {
                     (load.group, block)
                     for load in leased.proof.loads
@@ -501,13 +526,10 @@ class OrbitKVStorage(HiCacheStorage):
                     owners.append(p.owner)
                 if pages:
                     loading = [(p[3], p[4]) for p in pages]
-                    request = conn.submit_load(seal.token, seal.epoch, leased.lease, pages)
-                    statuses = self._ask(conn, request, LOAD_WAIT)
-                    if isinstance(statuses, orbitkv.Pages):
+                    statuses = self._load(conn, seal, leased, pages)
+                    if statuses is not None:
                         loading = []
-                        self._count(done, owners, statuses.statuses)
-            finally:
-                conn.forget(conn.submit_release(seal.token, leased.lease))
+                        self._count(done, owners, statuses)
             self.stats["loaded_sidecar_pages"] += sum(sum(v) for v in done.values())
             return done
         except Exception as e:  # never into SGLang's thread
