@@ -166,7 +166,7 @@ class Trial:
         self.sealed = []
         for engine in (self.producer, self.consumer):
             raw, layers = self._kv()
-            memory = page_memory(layers, 0, lb, BLOCKS)  # type: ignore[arg-type]
+            memory = page_memory({0: layers}, lb, BLOCKS)  # type: ignore[dict-item]
             if memory.kind != self.kind:
                 raise AssertionError(f"registered as {memory.kind}")
             _, sealed = engine.seal(self.socket)

@@ -39,7 +39,13 @@ from vllm.v1.core.kv_cache_utils import (
 )
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.kv_cache_interface import FullAttentionSpec, create_kv_cache_views
+from vllm.v1.kv_cache_interface import (
+    AttentionSpec,
+    FullAttentionSpec,
+    MLAAttentionSpec,
+    SlidingWindowSpec,
+    create_kv_cache_views,
+)
 from vllm.v1.kv_cache_layout import KVCacheLayout
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
@@ -144,6 +150,8 @@ class Instance:
     # (registered in place); "allocate", vLLM's own `allocate_kv_cache` (plain CPU tensors,
     # staged).
     memory: str = "pool"
+    # A hybrid model: its odd layers attend over a sliding window of this many tokens.
+    window: int = 0
 
     def __post_init__(self) -> None:
         transfer = kv_transfer(self.socket, engine_id=self.engine_id, **self.extra)
@@ -157,15 +165,11 @@ class Instance:
         init_distributed(self.config)
         cfg = self.config
         hf = cfg.model_config.hf_config
-        self.spec = FullAttentionSpec(
-            block_size=cfg.cache_config.block_size,
-            num_kv_heads=hf.num_key_value_heads // self.tp,
-            head_size=hf.hidden_size // hf.num_attention_heads,
-            dtype=kv_cache_dtype_str_to_dtype(cfg.cache_config.cache_dtype, cfg.model_config),
-        )
         self.layer_names = [f"model.layers.{i}.self_attn.attn" for i in range(hf.num_hidden_layers)]
-        resolve_kv_cache_layout(cfg, [[self.layout]], [self.spec])
-        groups = get_kv_cache_groups(cfg, {n: self.spec for n in self.layer_names})
+        specs = {n: self._spec(i) for i, n in enumerate(self.layer_names)}
+        self.spec = specs[self.layer_names[0]]
+        resolve_kv_cache_layout(cfg, [[self.layout]], list(specs.values()))
+        groups = get_kv_cache_groups(cfg, specs)
         cfg.cache_config.num_gpu_blocks_override = self.blocks
         kvc = get_kv_cache_config_from_groups(cfg, groups, available_memory=64 << 20)
         kvc.kv_cache_layout = cfg.cache_config.kv_cache_layout
@@ -173,6 +177,8 @@ class Instance:
         kvc.hash_block_size = hash_bs
         cfg.cache_config.num_gpu_blocks = kvc.num_blocks
         self.kv_cache_config = kvc
+        # Each layer's group (vLLM's planner groups the layers by spec).
+        self.group_of = {n: i for i, g in enumerate(kvc.kv_cache_groups) for n in g.layer_names}
         self._views: list[dict[str, torch.Tensor]] = []
         self.workers = [self._worker(rank) for rank in range(self.tp * self.pp)]
         self.worker = self.workers[0]
@@ -203,6 +209,34 @@ class Instance:
         # The worker's stats as each step's KVConnectorOutput carried them.
         self.reported: list[dict[str, int]] = []
 
+    def _spec(self, layer: int) -> AttentionSpec:
+        """Layer `layer`'s KV cache spec, as the model's attention layer would give it."""
+        cfg = self.config
+        hf = cfg.model_config.hf_config
+        block, dtype = cfg.cache_config.block_size, cfg.model_config.dtype
+        kv_dtype = kv_cache_dtype_str_to_dtype(cfg.cache_config.cache_dtype, cfg.model_config)
+        if getattr(hf, "kv_lora_rank", None):
+            return MLAAttentionSpec(
+                block_size=block,
+                num_kv_heads=1,
+                head_size=hf.kv_lora_rank + hf.qk_rope_head_dim,
+                dtype=dtype,
+                cache_dtype_str=cfg.cache_config.cache_dtype,
+            )
+        heads = hf.num_key_value_heads // self.tp
+        head = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+        if self.window and layer % 2:
+            return SlidingWindowSpec(
+                block_size=block,
+                num_kv_heads=heads,
+                head_size=head,
+                dtype=kv_dtype,
+                sliding_window=self.window,
+            )
+        return FullAttentionSpec(
+            block_size=block, num_kv_heads=heads, head_size=head, dtype=kv_dtype
+        )
+
     def _worker(self, rank: int) -> KVConnectorBase_V1:
         """The worker-side connector of rank `rank`, registered with views over its own
         memory."""
@@ -220,7 +254,8 @@ class Instance:
                 self._pool_memory(kvc.kv_cache_tensors[0].size), dtype=torch.int8
             )
             for t in kvc.kv_cache_tensors:
-                views = create_kv_cache_views(raw, self.spec, kvc.num_blocks, layout, t)
+                spec = kvc.kv_cache_groups[self.group_of[t.layers[0]]].kv_cache_spec
+                views = create_kv_cache_views(raw, spec, kvc.num_blocks, layout, t)
                 caches.update(zip(t.layers, views, strict=True))
         # A pipeline stage holds its own layers only.
         start, end = get_pp_indices(len(self.layer_names), rank // self.tp, self.pp)
@@ -236,14 +271,18 @@ class Instance:
         pages = self.kv_cache_config.num_blocks
         return orbitkv.mapped.allocate(pages, size // pages).pages
 
-    def request(self, rid: str, prompt: list[int], max_tokens: int = 2) -> Request:
-        r = Request(
+    def new_request(self, rid: str, prompt: list[int], max_tokens: int = 2) -> Request:
+        """A request with its block hashes, not yet added."""
+        return Request(
             request_id=rid,
             prompt_token_ids=prompt,
             sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
             pooling_params=None,
             block_hasher=self.hasher,
         )
+
+    def request(self, rid: str, prompt: list[int], max_tokens: int = 2) -> Request:
+        r = self.new_request(rid, prompt, max_tokens)
         self.scheduler.add_request(r)
         return r
 
@@ -254,13 +293,19 @@ class Instance:
 
     def scheduled(self, rid: str, prompt: list[int]) -> tuple[int, Request]:
         """As `start_of`, with the request."""
+        start, r = self.first_step(rid, prompt)
+        self.run()
+        return start, r
+
+    def first_step(self, rid: str, prompt: list[int]) -> tuple[int, Request]:
+        """Adds request `rid` and steps until it is scheduled: the tokens it started from,
+        and the request (its blocks as that step left them)."""
         r = self.request(rid, prompt)
         deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline:
             so = self.step()
             new = [x for x in so.scheduled_new_reqs if x.req_id == r.request_id]
             if new:
-                self.run()
                 return int(new[0].num_computed_tokens), r
         raise AssertionError(f"{rid} never scheduled")
 
@@ -284,27 +329,35 @@ class Instance:
                 )
         raise AssertionError(f"{rid} never scheduled")
 
-    def page(self, block: int) -> bytes:
-        """The bytes of vLLM block `block`, every layer, in memory order."""
+    def page(self, block: int, group: int = 0) -> bytes:
+        """The bytes of vLLM block `block` of `group`, every layer of it, in memory order."""
         out = b""
         for n in self.layer_names:
+            if self.group_of[n] != group:
+                continue
             x = self.kv_caches[n][block]
             order = sorted(range(x.dim()), key=lambda d: -x.stride(d))
             out += x.permute(order).contiguous().view(torch.uint8).numpy().tobytes()
         return out
 
-    def expected(self, block_hash: bytes) -> bytes:
-        """The bytes `_write` puts in a block of this hash, every layer, in memory order."""
+    def expected(self, block_hash: bytes, group: int = 0) -> bytes:
+        """The bytes `_write` puts in a block of this hash, every layer of `group`, in memory
+        order."""
         out = b""
         for i, n in enumerate(self.layer_names):
+            if self.group_of[n] != group:
+                continue
             x = self.kv_caches[n][0]
             out += hashlib.shake_256(block_hash + bytes([i])).digest(x.numel() * x.element_size())
         return out
 
-    def _write(self, caches: dict[str, torch.Tensor], block: int, block_hash: bytes) -> None:
-        """What the forward pass would write into a block: bytes derived from its hash."""
+    def _write(
+        self, caches: dict[str, torch.Tensor], group: int, block: int, block_hash: bytes
+    ) -> None:
+        """What the forward pass would write into a block of `group`: bytes derived from its
+        hash."""
         for i, n in enumerate(self.layer_names):
-            if n not in caches:
+            if n not in caches or self.group_of[n] != group:
                 continue
             x = caches[n][block]
             size = x.numel() * x.element_size()
@@ -352,10 +405,11 @@ class Instance:
         state.update(zip(cached.req_ids, cached.num_computed_tokens, strict=False))
         for rid, n in so.num_scheduled_tokens.items():
             r = self.scheduler.requests[rid]
-            blocks = self.scheduler.kv_cache_manager.get_block_ids(rid)[0]
             c = state[rid]
-            for i in range(c // BLOCK, min((c + n) // BLOCK, len(r.block_hashes))):
-                self._write(caches, blocks[i], bytes(r.block_hashes[i]))
+            groups = self.scheduler.kv_cache_manager.get_block_ids(rid)
+            for group, blocks in enumerate(groups):
+                for i in range(c // BLOCK, min((c + n) // BLOCK, len(r.block_hashes))):
+                    self._write(caches, group, blocks[i], bytes(r.block_hashes[i]))
 
     def run(self, seconds: float = 30.0) -> None:
         """Steps until every request is finished and every block given back, as vLLM's engine

@@ -44,10 +44,10 @@ def pool_memory() -> torch.Tensor:
 )
 def test_the_geometry_of_vllms_views(layout: str, page_stride: int, layer_stride: int) -> None:
     raw = torch.zeros(LAYERS * BLOCKS * LB, dtype=torch.uint8)
-    where = placement(views(raw, layout), 0, LB, BLOCKS)
+    where = placement({0: views(raw, layout)}, LB, BLOCKS)
     assert where is not None
     assert where.origin == raw.data_ptr()
-    g = where.geometry
+    (g,) = where.spec.groups
     assert (g.layers, g.offset, g.page_stride, g.layer_stride, g.layer_bytes) == (
         LAYERS,
         0,
@@ -60,27 +60,27 @@ def test_the_geometry_of_vllms_views(layout: str, page_stride: int, layer_stride
 
 def test_layers_in_separate_allocations_have_no_geometry() -> None:
     layers = [torch.zeros(BLOCKS, LB, dtype=torch.uint8) for _ in range(LAYERS)]
-    assert placement(layers, 0, LB, BLOCKS) is None
-    assert page_memory(layers, 0, LB, BLOCKS).kind == "staged"
+    assert placement({0: layers}, LB, BLOCKS) is None
+    assert page_memory({0: layers}, LB, BLOCKS).kind == "staged"
 
 
 @pytest.mark.parametrize("layout", ["LBNHC", "BLNHC"])
 def test_views_inside_a_mapped_pool_are_registered_in_place(layout: str) -> None:
-    assert page_memory(views(pool_memory(), layout), 0, LB, BLOCKS).kind == "in place"
+    assert page_memory({0: views(pool_memory(), layout)}, LB, BLOCKS).kind == "in place"
 
 
 def test_views_of_ordinary_memory_are_staged() -> None:
     raw = torch.zeros(LAYERS * BLOCKS * LB, dtype=torch.uint8)
-    memory = page_memory(views(raw, "LBNHC"), 0, LB, BLOCKS)
+    memory = page_memory({0: views(raw, "LBNHC")}, LB, BLOCKS)
     assert memory.kind == "staged"
     # The staging copies: a block out to the pool page and back, byte for byte.
     layers = memory.layers
     for i, x in enumerate(layers):
         x[5].view(-1).copy_(torch.arange(LB, dtype=torch.uint8) + i)
-    memory.before_publish(5)
+    memory.before_publish(0, 5)
     for x in layers:
         x[5].zero_()
-    memory.after_load(5)
+    memory.after_load(0, 5)
     for i, x in enumerate(layers):
         assert torch.equal(x[5].reshape(-1), torch.arange(LB, dtype=torch.uint8) + i)
 
@@ -120,11 +120,11 @@ def test_a_device_pool_the_daemon_refuses_falls_back_to_staging(
     instead and serves as usual."""
 
     def on_device(
-        layers: list[torch.Tensor], group: int, layer_bytes: int, pages: int
+        groups: dict[int, list[torch.Tensor]], layer_bytes: int, pages: int
     ) -> DeviceMemory:
-        where = placement(layers, group, layer_bytes, pages)
+        where = placement(groups, layer_bytes, pages)
         assert where is not None
-        return DeviceMemory(layers, where, 0, bytes(64), 0)
+        return DeviceMemory(groups, where, 0, bytes(64), 0)
 
     monkeypatch.setattr(worker, "page_memory", on_device)
     prompt = [(i * 71 + 17) % 1000 for i in range(4 * BLOCK)] + [2]

@@ -9,13 +9,41 @@ import pytest
 import torch
 from harness import Instance, engine_config, kv_transfer
 from orbitkv.vllm import StartupRefused
-from orbitkv.vllm.settings import page_shape, settings_from
+from orbitkv.vllm.settings import kv_groups, settings_from
 from vllm.v1.kv_cache_interface import (
+    ChunkedLocalAttentionSpec,
+    CrossAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
+    KVCacheSpec,
     KVQuantMode,
+    MambaSpec,
+    MLAAttentionSpec,
+    SinkFullAttentionSpec,
+    SlidingWindowSpec,
+    SparseCacheRole,
 )
+
+# The shape every attention spec below shares: 16 tokens, 2 heads of 32, bf16.
+_SHAPE: dict[str, object] = {
+    "block_size": 16,
+    "num_kv_heads": 2,
+    "head_size": 32,
+    "dtype": torch.bfloat16,
+}
+_FULL = FullAttentionSpec(**_SHAPE)  # type: ignore[arg-type]
+
+
+def groups(*specs: KVCacheSpec, draft: bool = False) -> KVCacheConfig:
+    return KVCacheConfig(
+        num_blocks=4,
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            KVCacheGroupSpec([f"layer.{i}"], spec, is_eagle_group=draft and i > 0)
+            for i, spec in enumerate(specs)
+        ],
+    )
 
 
 def refused(model: Path, match: str, **kw: object) -> None:
@@ -80,6 +108,53 @@ def test_kv_quantization_with_scales_of_its_own_is_refused() -> None:
         )
 
     with pytest.raises(StartupRefused, match="quantization mode not mapped"):
-        page_shape(config(torch.int8, KVQuantMode.INT8_PER_TOKEN_HEAD), "LBNHC")
-    fp8 = page_shape(config(torch.float8_e4m3fn, KVQuantMode.FP8_PER_TENSOR), "LBNHC")
+        kv_groups(config(torch.int8, KVQuantMode.INT8_PER_TOKEN_HEAD), "LBNHC")
+    (fp8,) = kv_groups(config(torch.float8_e4m3fn, KVQuantMode.FP8_PER_TENSOR), "LBNHC")
     assert fp8.layer_bytes == 16 * 2 * 64
+
+
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        (
+            groups(_FULL, ChunkedLocalAttentionSpec(**_SHAPE, attention_chunk_size=64)),
+            "ChunkedLocal",
+        ),  # type: ignore[arg-type]
+        (groups(SinkFullAttentionSpec(**_SHAPE, sink_len=4)), "SinkFullAttentionSpec"),  # type: ignore[arg-type]
+        (groups(CrossAttentionSpec(**_SHAPE)), "CrossAttentionSpec"),  # type: ignore[arg-type]
+        (
+            groups(_FULL, MambaSpec(block_size=16, shapes=((4, 8),), dtypes=(torch.float32,))),
+            "MambaSpec",
+        ),
+        (
+            groups(
+                MLAAttentionSpec(
+                    block_size=16,
+                    num_kv_heads=1,
+                    head_size=64,
+                    dtype=torch.bfloat16,
+                    cache_role=SparseCacheRole.INDEXER,
+                )
+            ),
+            "DSA\\) indexer",
+        ),
+        (groups(_FULL, _FULL, draft=True), "speculative draft model's layers"),
+        (
+            groups(_FULL, SlidingWindowSpec(**_SHAPE, sliding_window=64, extra_retained_tokens=16)),  # type: ignore[arg-type]
+            "retains extra blocks for speculative decoding",
+        ),
+        (
+            groups(
+                _FULL,
+                MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.bfloat16),
+            ),
+            "kinds \\['full', 'mla'\\]",
+        ),
+    ],
+)
+def test_a_group_kind_not_mapped_names_itself(config: KVCacheConfig, named: str) -> None:
+    """Chunked-local, sink, cross-attention, Mamba, DSA indexer and draft groups are refused at
+    start-up by name, never treated as attention KV."""
+    with pytest.raises(StartupRefused, match=named) as e:
+        kv_groups(config, "LBNHC")
+    assert "\n" not in str(e.value)

@@ -33,7 +33,7 @@ def test_a_rank_that_never_published_gives_no_external_tokens(
         assert reader.start_of("both-ranks", prompt(1)) == 4 * BLOCK
         # Each rank loaded its own shard.
         for w in reader.workers:
-            assert w.worker.stats["loaded_bytes"] == 4 * w.worker.shape.layer_bytes * 2
+            assert w.worker.stats["loaded_bytes"] == 4 * w.worker.layer_bytes * 2
     finally:
         for inst in (half, whole, single, reader):
             inst.close()
@@ -48,7 +48,7 @@ def test_pipeline_stages_publish_and_load_their_own_layers(daemon: Daemon, model
         assert reader.start_of("r", prompt(3)) == 4 * BLOCK
         for w in reader.workers:
             assert len(w.worker.memory.layers) == 1, "one layer per stage"
-            assert w.worker.stats["loaded_bytes"] == 4 * w.worker.shape.layer_bytes
+            assert w.worker.stats["loaded_bytes"] == 4 * w.worker.layer_bytes
     finally:
         writer.close()
         reader.close()

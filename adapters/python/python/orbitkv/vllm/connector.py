@@ -20,6 +20,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorHandshakeMetadata,
     KVConnectorMetadata,
     KVConnectorRole,
+    KVConnectorTransferResults,
     KVConnectorWorkerMetadata,
     SupportsHMA,
 )
@@ -139,9 +140,14 @@ class OrbitKVConnector(KVConnectorBase_V1, SupportsHMA):
         return self._sched().build_meta(scheduler_output)
 
     def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
+        self._sched().load_failed(connector_output.failed_recving)
         meta = connector_output.kv_connector_worker_meta
-        if isinstance(meta, OrbitKVWorkerMetadata) and meta.weights_changed:
-            self._sched().weights_changed()
+        if isinstance(meta, OrbitKVWorkerMetadata):
+            if meta.backends:
+                # Not waiting for the seal: a step is running.
+                self._sched().handshake(set(meta.backends), wait=0.0)
+            if meta.weights_changed:
+                self._sched().weights_changed()
         self._sched().step_done()
 
     def request_finished(
@@ -214,10 +220,24 @@ class OrbitKVConnector(KVConnectorBase_V1, SupportsHMA):
             self._work().preempted(kv_connector_metadata)
 
     def build_connector_worker_meta(self) -> KVConnectorWorkerMetadata | None:
-        return OrbitKVWorkerMetadata(weights_changed=True) if weights.changed() else None
+        backends = self._work().tell_backend()
+        if not backends and not weights.changed():
+            return None
+        return OrbitKVWorkerMetadata(weights_changed=weights.changed(), backends=backends)
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
-        return self._work().finished(finished_req_ids)
+        sending, _ = self._work().finished(finished_req_ids)
+        received, _ = self._work().take_received()
+        return sending, (received or None)
+
+    def get_transfer_results(self, finished_req_ids: set[str]) -> KVConnectorTransferResults:
+        sending, _ = self._work().finished(finished_req_ids)
+        received, failed = self._work().take_received()
+        return KVConnectorTransferResults(
+            finished_sending=set(sending or ()),
+            finished_recving=received,
+            failed_recving=failed,
+        )
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         return self._work().take_load_errors()

@@ -12,22 +12,28 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 
 @dataclass(frozen=True)
 class LoadSpec:
-    """A request's pages to load under one lease: per page (index into the request's hash list,
-    the vLLM block it goes to, the rank whose record it is), and the blocks already known lost
-    (the proof shrank between Query and Acquire, or the Acquire failed)."""
+    """A request's pages to load under one lease: per page (group, index into the request's
+    hash list, the vLLM block it goes to, the rank whose record it is), and the blocks already
+    known lost (the proof shrank between Query and Acquire, or the Acquire failed).
+
+    With several KV cache groups vLLM cannot map a failed block back to its request: the load
+    is asynchronous (`whole`), and a request with any page lost or failed is reported failed
+    as a whole, which vLLM recomputes from its start."""
 
     request: str
     lease: int
-    pages: tuple[tuple[int, int, int], ...]
+    pages: tuple[tuple[int, int, int, int], ...]
     lost: tuple[int, ...] = ()
+    whole: bool = False
 
 
 @dataclass(frozen=True)
 class PublishSpec:
-    """A block that became full in this step: its vLLM block id, hash, parent hash (empty for
-    the first block) and token range."""
+    """A block that became full in this step: its group, vLLM block id, hash, parent hash
+    (empty for the first block) and token range."""
 
     request: str
+    group: int
     block: int
     hash: bytes
     parent: bytes
@@ -37,19 +43,29 @@ class PublishSpec:
 
 @dataclass
 class OrbitKVMetadata(KVConnectorMetadata):
-    """One step's loads and publishes, and the requests preempted (vLLM frees their blocks)."""
+    """One step's loads and publishes, the requests preempted (vLLM frees their blocks) and
+    the blocks handed out this step (a sliding-window block freed mid-request may be among
+    them: its publish must be copied out before the step writes it)."""
 
     loads: list[LoadSpec] = field(default_factory=list)
     publishes: list[PublishSpec] = field(default_factory=list)
     preempted: set[str] = field(default_factory=set)
+    allocated: set[int] = field(default_factory=set)
 
 
 @dataclass
 class OrbitKVWorkerMetadata(KVConnectorWorkerMetadata):
-    """What the workers tell the scheduler side each step: whether weights changed in place."""
+    """What the workers tell the scheduler side each step: whether weights changed in place,
+    and the attention backends they chose (in their first step: the handshake's content, for a
+    scheduler whose handshake went to another connector, as vLLM's `MultiConnector` does)."""
 
     weights_changed: bool = False
+    backends: frozenset[str] = frozenset()
 
     def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
-        changed = isinstance(other, OrbitKVWorkerMetadata) and other.weights_changed
-        return OrbitKVWorkerMetadata(weights_changed=self.weights_changed or changed)
+        if not isinstance(other, OrbitKVWorkerMetadata):
+            return self
+        return OrbitKVWorkerMetadata(
+            weights_changed=self.weights_changed or other.weights_changed,
+            backends=self.backends | other.backends,
+        )

@@ -41,7 +41,6 @@ class Placement:
     """Where every layer's page of each block lies, from the address of layer 0's block 0."""
 
     origin: int
-    geometry: orbitkv.GroupGeometry
     spec: orbitkv.PoolSpec
 
     @property
@@ -51,10 +50,14 @@ class Placement:
 
 
 def placement(
-    layers: list[torch.Tensor], group: int, layer_bytes: int, pages: int
+    groups: dict[int, list[torch.Tensor]], layer_bytes: int, pages: int
 ) -> Placement | None:
-    """The pool geometry of vLLM's per-layer views (each `[block, ...]`, a block's page one
-    run), or `None` when no geometry describes them (layers not equally spaced, or apart)."""
+    """The pool geometry of vLLM's per-layer views of each group (each `[block, ...]`, a
+    block's page one run), or `None` when no geometry describes them (layers not equally
+    spaced, or apart). Several groups alias the same bytes (vLLM's hybrid allocator: a block
+    belongs to one group at a time): each must start where the others do, with the same
+    strides."""
+    layers = [x for group in groups.values() for x in group]
     if not layers:
         return None
     sizes = {x.element_size() for x in layers}
@@ -62,25 +65,43 @@ def placement(
     if len(sizes) != 1 or len(strides) != 1 or not all(_one_run(x, layer_bytes) for x in layers):
         return None
     page_stride = strides.pop()
-    starts = [x.data_ptr() for x in layers]
-    layer_stride = starts[1] - starts[0] if len(starts) > 1 else layer_bytes
-    if layer_stride <= 0 or any(a != starts[0] + i * layer_stride for i, a in enumerate(starts)):
+    geometries, origins, layer_strides = [], set(), set()
+    for group, views in groups.items():
+        starts = [x.data_ptr() for x in views]
+        layer_stride = starts[1] - starts[0] if len(starts) > 1 else layer_bytes
+        if layer_stride <= 0 or any(
+            a != starts[0] + i * layer_stride for i, a in enumerate(starts)
+        ):
+            return None
+        origins.add(starts[0])
+        if len(starts) > 1:
+            layer_strides.add(layer_stride)
+        geometries.append((group, len(views), layer_stride))
+    if len(origins) != 1 or len(layer_strides) > 1:
         return None
-    geometry = orbitkv.GroupGeometry(
-        group=group,
-        layers=len(layers),
-        offset=0,
-        page_stride=page_stride,
-        layer_stride=layer_stride,
-        layer_bytes=layer_bytes,
-    )
+    most = max(n for _, n, _ in geometries)
+    common = layer_strides.pop() if layer_strides else layer_bytes
     try:
         spec = orbitkv.PoolSpec(
-            pool=POOL, page_bytes=layer_bytes * len(layers), pages=pages, groups=[geometry]
+            pool=POOL,
+            page_bytes=layer_bytes * most,
+            pages=pages,
+            groups=[
+                orbitkv.GroupGeometry(
+                    group=group,
+                    layers=n,
+                    offset=0,
+                    page_stride=page_stride,
+                    layer_stride=common,
+                    layer_bytes=layer_bytes,
+                )
+                for group, n, _ in geometries
+            ],
+            aliased=len(geometries) > 1,
         )
     except orbitkv.OrbitKVError:
         return None
-    return Placement(starts[0], geometry, spec)
+    return Placement(origins.pop(), spec)
 
 
 def _one_run(layer: torch.Tensor, layer_bytes: int) -> bool:
@@ -100,17 +121,25 @@ class PageMemory:
     """A rank's page memory as the daemon reaches it, fenced by `states`."""
 
     kind = ""
-    layers: list[torch.Tensor]
+    # vLLM's per-layer views, by group.
+    groups: dict[int, list[torch.Tensor]]
     states: orbitkv.HostPool
+
+    @property
+    def layers(self) -> list[torch.Tensor]:
+        """Every group's layers, group by group."""
+        return [x for group in self.groups.values() for x in group]
 
     def register(self, conn: orbitkv.Connection, token: bytes) -> None:
         raise NotImplementedError
 
-    def before_publish(self, block: int) -> None:
-        """Makes vLLM's block `block` what the daemon copies out (nothing when in place)."""
+    def before_publish(self, group: int, block: int) -> None:
+        """Makes group `group`'s block `block` what the daemon copies out (nothing when in
+        place)."""
 
-    def after_load(self, block: int) -> None:
-        """Makes what the daemon loaded vLLM's block `block` (nothing when in place)."""
+    def after_load(self, group: int, block: int) -> None:
+        """Makes what the daemon loaded group `group`'s block `block` (nothing when in
+        place)."""
 
     def fence(self) -> Fence | None:
         """What a Publish of the blocks written so far must wait for; `None`: nothing."""
@@ -122,18 +151,17 @@ class PageMemory:
 
 
 class StagedMemory(PageMemory):
-    """A host pool of this rank's own, one page per vLLM block, every layer packed; the copies
-    in and out are synchronous."""
+    """A host pool of this rank's own, one page per vLLM block, every layer of the block's
+    group packed (groups alias, as vLLM's do); the copies in and out are synchronous."""
 
     kind = "staged"
 
-    def __init__(
-        self, layers: list[torch.Tensor], group: int, layer_bytes: int, pages: int
-    ) -> None:
+    def __init__(self, groups: dict[int, list[torch.Tensor]], layer_bytes: int, pages: int) -> None:
         import torch
 
-        self.layers = layers
-        page = layer_bytes * len(layers)
+        self.groups = groups
+        most = max(len(views) for views in groups.values())
+        page = layer_bytes * most
         spec = orbitkv.PoolSpec(
             pool=POOL,
             page_bytes=page,
@@ -141,31 +169,33 @@ class StagedMemory(PageMemory):
             groups=[
                 orbitkv.GroupGeometry.packed(
                     group=group,
-                    layers=len(layers),
+                    layers=len(views),
                     offset=0,
                     layer_stride=layer_bytes,
                     layer_bytes=layer_bytes,
                     page_bytes=page,
                 )
+                for group, views in groups.items()
             ],
+            aliased=len(groups) > 1,
         )
         self.states = orbitkv.HostPool(spec)
         self._map = mmap.mmap(self.states.fd, self.states.data_offset + page * pages)
         data = torch.frombuffer(self._map, dtype=torch.uint8)
-        self._pages = data[self.states.data_offset :].view(pages, len(layers), layer_bytes)
+        self._pages = data[self.states.data_offset :].view(pages, most, layer_bytes)
 
     def register(self, conn: orbitkv.Connection, token: bytes) -> None:
         conn.register_pool(token, self.states)
 
-    def before_publish(self, block: int) -> None:
+    def before_publish(self, group: int, block: int) -> None:
         import torch
 
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.groups[group]):
             src = page_run(layer, block).contiguous().view(torch.uint8).reshape(-1)
             self._pages[block, i].copy_(src)
 
-    def after_load(self, block: int) -> None:
-        for i, layer in enumerate(self.layers):
+    def after_load(self, group: int, block: int) -> None:
+        for i, layer in enumerate(self.groups[group]):
             dst = page_run(layer, block)
             dst.copy_(self._pages[block, i].view(layer.dtype).view(dst.shape))
 
@@ -177,9 +207,9 @@ class InPlaceMemory(PageMemory):
     kind = "in place"
 
     def __init__(
-        self, layers: list[torch.Tensor], where: Placement, found: tuple[Mapping, int]
+        self, groups: dict[int, list[torch.Tensor]], where: Placement, found: tuple[Mapping, int]
     ) -> None:
-        self.layers = layers
+        self.groups = groups
         self.states = orbitkv.HostPool(where.spec, states_only=True)
         self._region, self._offset = found
 
@@ -196,14 +226,14 @@ class DeviceMemory(PageMemory):
 
     def __init__(
         self,
-        layers: list[torch.Tensor],
+        groups: dict[int, list[torch.Tensor]],
         where: Placement,
         device: int,
         handle: bytes,
         offset: int,
         uuid: bytes = bytes(16),
     ) -> None:
-        self.layers = layers
+        self.groups = groups
         self.states = orbitkv.HostPool(where.spec, states_only=True)
         self._device = device
         self._handle = handle
@@ -267,13 +297,15 @@ def daemon_ordinal(index: int) -> int | None:
     return int(names[index])
 
 
-def page_memory(layers: list[torch.Tensor], group: int, layer_bytes: int, pages: int) -> PageMemory:
-    """vLLM's memory registered in place when the daemon can reach it, else staged."""
-    where = placement(layers, group, layer_bytes, pages)
+def page_memory(groups: dict[int, list[torch.Tensor]], layer_bytes: int, pages: int) -> PageMemory:
+    """vLLM's memory (its per-layer views, by group) registered in place when the daemon can
+    reach it, else staged."""
+    where = placement(groups, layer_bytes, pages)
     why = "the layers' pages follow no one geometry"
+    layers = [x for views in groups.values() for x in views]
     if where is not None and layers[0].is_cuda:
         try:
-            memory: DeviceMemory | str = _on_device(layers, where)
+            memory: DeviceMemory | str = _on_device(groups, where)
         except Exception as e:  # torch refusing to share: staged, never a failed start
             memory = f"torch could not export the KV memory ({e})"
         if isinstance(memory, PageMemory):
@@ -282,14 +314,15 @@ def page_memory(layers: list[torch.Tensor], group: int, layer_bytes: int, pages:
     elif where is not None:
         found = orbitkv.mapped.find(where.origin, where.span)
         if found is not None:
-            return InPlaceMemory(layers, where, found)
+            return InPlaceMemory(groups, where, found)
         why = "the KV caches are not inside a host pool the package mapped"
     log.info("OrbitKV: KV pages staged through a host pool (%s)", why)
-    return StagedMemory(layers, group, layer_bytes, pages)
+    return StagedMemory(groups, layer_bytes, pages)
 
 
-def _on_device(layers: list[torch.Tensor], where: Placement) -> DeviceMemory | str:
+def _on_device(groups: dict[int, list[torch.Tensor]], where: Placement) -> DeviceMemory | str:
     """A device pool over vLLM's CUDA allocation, or why there is none."""
+    layers = [x for views in groups.values() for x in views]
     storage = layers[0].untyped_storage()
     if any(x.untyped_storage().data_ptr() != storage.data_ptr() for x in layers):
         return "the layers lie in several CUDA allocations"
@@ -302,4 +335,4 @@ def _on_device(layers: list[torch.Tensor], where: Placement) -> DeviceMemory | s
     if device is None and gpu == bytes(16):
         return "CUDA_VISIBLE_DEVICES names devices by UUID, and torch gives none"
     offset = int(shared[3]) + where.origin - storage.data_ptr()
-    return DeviceMemory(layers, where, -1 if device is None else device, handle, offset, gpu)
+    return DeviceMemory(groups, where, -1 if device is None else device, handle, offset, gpu)

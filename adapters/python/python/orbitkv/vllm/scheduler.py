@@ -12,12 +12,11 @@ import orbitkv
 from orbitkv.session import Registration, Session
 from orbitkv.vllm.metadata import LoadSpec, OrbitKVMetadata, PublishSpec
 from orbitkv.vllm.settings import (
-    GROUP,
-    PageShape,
     Settings,
     StartupRefused,
     identity,
-    page_shape,
+    kv_groups,
+    rules,
     storage_layout,
 )
 from orbitkv.vllm.stats import Counters
@@ -57,12 +56,16 @@ class SchedulerSide:
         self, settings: Settings, kv_cache_config: KVCacheConfig | None, layout: str | None
     ) -> None:
         self.s = settings
-        self.shape: PageShape = page_shape(kv_cache_config, layout)
+        self.groups = kv_groups(kv_cache_config, layout, settings.pipeline)
+        self.block = self.groups[0].block_size
+        # Several groups: a failed block cannot be told to vLLM, a failed request can (the
+        # loads are asynchronous).
+        self.whole = len(self.groups) > 1
         hash_block = getattr(kv_cache_config, "hash_block_size", None)
-        if hash_block not in (None, self.shape.block_size):
+        if hash_block not in (None, self.block):
             raise StartupRefused(
                 f"OrbitKVConnector: the prefix hash block of {hash_block} tokens differs from the "
-                f"block of {self.shape.block_size}; a dense model with one block size is mapped"
+                f"block of {self.block}; one block size for hashes and pages is mapped"
             )
         self.session: Session | None = None
         self.requests: dict[str, Request] = {}
@@ -72,16 +75,24 @@ class SchedulerSide:
         self.loads: list[LoadSpec] = []
         self.leases: list[int] = []
         self.publishing: set[str] = set()
+        # Requests whose asynchronous load failed: vLLM recomputes them, without asking again.
+        self.failed: set[str] = set()
         # The workers' weights changed in place: nothing is served or published any more.
         self.stale = False
         self.stats = Counters(
-            "queries", "hit_tokens", "acquire_failures", "lost_blocks", "published_blocks"
+            "queries",
+            "hit_tokens",
+            "acquire_failures",
+            "lost_blocks",
+            "published_blocks",
+            "failed_loads",
         )
 
     # -- identity, from the workers' handshake ---------------------------------------------------
 
-    def handshake(self, backends: set[str]) -> None:
-        """The workers' attention backend is known: the instance registers."""
+    def handshake(self, backends: set[str], wait: float = SEAL_WAIT) -> None:
+        """The workers' attention backend is known: the instance registers (waiting up to
+        `wait` for its seal)."""
         if self.session is not None:
             return
         if len(backends) != 1:
@@ -89,23 +100,28 @@ class SchedulerSide:
                 f"OrbitKVConnector: workers chose different attention backends {sorted(backends)}"
             )
         backend = next(iter(backends))
-        ident = identity(self.s, self.shape, backend)
+        ident = identity(self.s, self.groups, backend)
         reg = Registration(
             instance=self.s.instance,
             role="scheduler",
             rank=0,
             workers=self.s.workers,
             identity=ident,
-            layout=storage_layout(self.s, self.shape, backend),
+            layout=storage_layout(self.s, self.groups, backend),
             domain=self.s.domain,
             model=self.s.model,
             revision=self.s.revision,
+            rules=rules(self.groups),
             client="orbitkv-vllm",
         )
         self.session = Session(self.s.socket, reg)
         # The workers registered before they answered the handshake: the seal comes now, at
         # start-up, rather than after the first requests went by.
-        self.session.sealed(wait=SEAL_WAIT)
+        self.session.sealed(wait=wait)
+
+    def _named(self, hashes: list[bytes]) -> list[tuple[int, list[bytes]]]:
+        """Every group, under the same block hashes: the daemon proves where all of them hold."""
+        return [(g.group, hashes) for g in self.groups]
 
     def _sealed(self) -> tuple[orbitkv.Connection, orbitkv.Sealed] | None:
         if self.session is None:
@@ -122,13 +138,18 @@ class SchedulerSide:
 
     def matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
         """External tokens beyond the local hits: exactly the proof's boundary minus them."""
-        if self.stale or not self.s.consumer or getattr(request, "lora_request", None) is not None:
+        if (
+            self.stale
+            or not self.s.consumer
+            or getattr(request, "lora_request", None) is not None
+            or request.request_id in self.failed
+        ):
             return 0, False
         live = self._sealed()
         if live is None:
             return 0, False
         conn, seal = live
-        bs = self.shape.block_size
+        bs = self.block
         end = min(len(request.block_hashes) * bs, request.num_tokens - 1) // bs * bs
         origin = num_computed_tokens
         if end <= origin:
@@ -141,7 +162,7 @@ class SchedulerSide:
             # Converted once per Query, not at each step the request waits.
             hashes = [bytes(h) for h in request.block_hashes[: end // bs]]
             try:
-                q = conn.submit_query(seal.token, seal.epoch, origin, end, [(GROUP, hashes)])
+                q = conn.submit_query(seal.token, seal.epoch, origin, end, self._named(hashes))
             except orbitkv.OrbitKVError as e:
                 self._lost(e)
                 return 0, False
@@ -159,7 +180,7 @@ class SchedulerSide:
             look.request_id = None
             look.boundary = reply.boundary if isinstance(reply, orbitkv.Proof) else origin
         external = max(0, (look.boundary or origin) - origin)
-        return external, False
+        return external, self.whole and external > 0
 
     def after_alloc(
         self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int
@@ -168,8 +189,8 @@ class SchedulerSide:
         if num_external_tokens == 0:
             return
         rid = request.request_id
-        block_ids = list(blocks.get_block_ids()[0])
-        bs = self.shape.block_size
+        block_ids = blocks.get_block_ids()
+        bs = self.block
         look = self.lookups.get(rid)
         origin = look.origin if look is not None else self.origins.get(rid, 0)
         first, stop = origin // bs, (origin + num_external_tokens) // bs
@@ -181,7 +202,7 @@ class SchedulerSide:
             conn, seal = live
             try:
                 a = conn.submit_acquire(
-                    seal.token, seal.epoch, look.origin, look.end, [(GROUP, look.hashes)]
+                    seal.token, seal.epoch, look.origin, look.end, self._named(look.hashes)
                 )
                 reply = conn.wait(a, timeout=ACQUIRE_WAIT)
                 if isinstance(reply, orbitkv.Leased):
@@ -194,27 +215,33 @@ class SchedulerSide:
         pages = []
         if proof is not None:
             for pl in proof.loads:
-                pages += [(b, block_ids[b], pl.rank) for b in pl.blocks if b in wanted]
-        lost = tuple(block_ids[b] for b in wanted if b >= proven)
+                ids = block_ids[pl.group]
+                # A window group's blocks before its window are vLLM's null block 0: skipped.
+                pages += [
+                    (pl.group, b, ids[b], pl.rank) for b in pl.blocks if b in wanted and ids[b]
+                ]
+        lost = tuple(ids[b] for ids in block_ids for b in wanted if b >= proven and ids[b])
         if proof is None:
             self.stats.add("acquire_failures", 1)
         self.stats.add("lost_blocks", len(lost))
         self.stats.add("hit_tokens", max(0, min(proven, stop) - first) * bs)
         if lease:
             self.leases.append(lease)
-        self.loads.append(LoadSpec(rid, lease, tuple(pages), lost))
+        self.loads.append(LoadSpec(rid, lease, tuple(pages), lost, whole=self.whole))
         # The next lookup of this request (after a preemption) asks again.
         self.lookups.pop(rid, None)
         self.origins.pop(rid, None)
 
     def build_meta(self, scheduler_output: SchedulerOutput) -> OrbitKVMetadata:
         meta = OrbitKVMetadata(
-            loads=self.loads, preempted=set(scheduler_output.preempted_req_ids or ())
+            loads=self.loads,
+            preempted=set(scheduler_output.preempted_req_ids or ()),
+            allocated=_allocated(scheduler_output),
         )
         self.loads = []
         if not self.s.producer or self.stale:
             return meta
-        bs = self.shape.block_size
+        bs = self.block
         computed: dict[str, int] = {
             r.req_id: r.num_computed_tokens for r in scheduler_output.scheduled_new_reqs
         }
@@ -231,21 +258,30 @@ class SchedulerSide:
             if c is None or not ids:
                 continue
             hashes = request.block_hashes
-            group = ids[0]
-            for i in range(c // bs, min((c + scheduled) // bs, len(hashes), len(group))):
-                meta.publishes.append(
-                    PublishSpec(
-                        request=rid,
-                        block=group[i],
-                        hash=bytes(hashes[i]),
-                        parent=bytes(hashes[i - 1]) if i > 0 else b"",
-                        start=i * bs,
-                        end=(i + 1) * bs,
+            for i in range(c // bs, min((c + scheduled) // bs, len(hashes))):
+                for g in self.groups:
+                    group = ids[g.group]
+                    if i >= len(group) or not group[i]:
+                        continue
+                    meta.publishes.append(
+                        PublishSpec(
+                            request=rid,
+                            group=g.group,
+                            block=group[i],
+                            hash=bytes(hashes[i]),
+                            parent=bytes(hashes[i - 1]) if i > 0 else b"",
+                            start=i * bs,
+                            end=(i + 1) * bs,
+                        )
                     )
-                )
-                self.publishing.add(rid)
-                self.stats.add("published_blocks", 1)
+                    self.publishing.add(rid)
+                    self.stats.add("published_blocks", 1)
         return meta
+
+    def load_failed(self, requests: set[str]) -> None:
+        """The workers failed these requests' asynchronous loads: they are recomputed."""
+        self.failed |= requests & self.requests.keys()
+        self.stats.add("failed_loads", len(requests))
 
     def weights_changed(self) -> None:
         """A worker's weights changed in place: 0 external tokens, no publishes, until restart."""
@@ -275,6 +311,7 @@ class SchedulerSide:
         self.origins.pop(rid, None)
         delay = rid in self.publishing
         self.publishing.discard(rid)
+        self.failed.discard(rid)
         return delay, None
 
     def _lost(self, e: Exception) -> None:
@@ -286,3 +323,16 @@ class SchedulerSide:
     def close(self) -> None:
         if self.session is not None:
             self.session.close()
+
+
+def _allocated(scheduler_output: SchedulerOutput) -> set[int]:
+    """The blocks vLLM hands out in this step, every group's."""
+    blocks: set[int] = set()
+    for new in scheduler_output.scheduled_new_reqs:
+        for ids in new.block_ids or ():
+            blocks.update(ids)
+    for added in scheduler_output.scheduled_cached_reqs.new_block_ids or ():
+        for ids in added or ():
+            blocks.update(ids)
+    blocks.discard(0)
+    return blocks

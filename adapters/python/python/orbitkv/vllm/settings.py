@@ -8,7 +8,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orbitkv
 from orbitkv.naming import vllm_instance
@@ -16,7 +16,7 @@ from orbitkv.refusals import StartupRefused, refuse
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
-    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 
 # Bytes per element of each KV dtype vLLM names.
 _ELEMENT_BYTES = {
@@ -39,9 +39,6 @@ _DOMAINS = {
     "sha256_cbor": "vllm/sha256_cbor",
     "xxhash_cbor": "vllm/xxhash_cbor",
 }
-
-# The group OrbitKV keys a dense model's attention pages under.
-GROUP = 0
 
 
 def _refuse(why: str, change: str) -> StartupRefused:
@@ -180,7 +177,8 @@ def settings_from(vllm_config: VllmConfig) -> Settings:
 
 @dataclass(frozen=True)
 class PageShape:
-    """A dense group's page per layer: its spec's shape and byte order."""
+    """One KV cache group's page per layer: its spec's shape and byte order, the group's kind
+    and its layers. The daemon keys the group under vLLM's group index."""
 
     block_size: int
     kv_heads: int
@@ -188,6 +186,12 @@ class PageShape:
     head_size_v: int
     kv_dtype: str
     order: str  # "NHD" or "HND"
+    group: int = 0
+    # "full" (attention over the whole prefix), "mla" (one latent row per token, the same on
+    # every TP rank) or "window" (attention over the last `window` tokens).
+    kind: str = "full"
+    window: int = 0
+    layer_names: tuple[str, ...] = ()
 
     @property
     def element(self) -> int:
@@ -201,24 +205,32 @@ class PageShape:
     def layer_bytes(self) -> int:
         return self.block_size * self.kv_heads * (self.head_size + self.head_size_v) * self.element
 
+    @property
+    def component(self) -> str:
+        return {"full": "dense_kv", "mla": "mla", "window": "sliding_window_kv"}[self.kind]
 
-def page_shape(kv_cache_config: KVCacheConfig | None, layout: str | None) -> PageShape:
-    """The one full-attention group's page shape, or `StartupRefused` for anything else."""
-    from vllm.v1.kv_cache_interface import FullAttentionSpec
+    @property
+    def rule(self) -> tuple[str, int]:
+        """The group's recovery rule. vLLM resumes a window group with the blocks covering the
+        last W - 1 tokens before the boundary, which is the daemon's `window(W)`."""
+        return ("window", self.window) if self.kind == "window" else ("prefix", 0)
 
+
+def _group_kind(spec: object) -> str | None:
+    """The kind of a group's spec, by exact class (a subclass may change the bytes)."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec, SlidingWindowSpec
+
+    kind = {FullAttentionSpec: "full", MLAAttentionSpec: "mla", SlidingWindowSpec: "window"}
+    return kind.get(type(spec))  # type: ignore[call-overload]
+
+
+def kv_groups(
+    kv_cache_config: KVCacheConfig | None, layout: str | None, pipeline: int = 1
+) -> tuple[PageShape, ...]:
+    """Every KV cache group's page shape, or `StartupRefused` naming the first group that is
+    not mapped: full attention, MLA alone, and full attention beside sliding windows are."""
     if kv_cache_config is None:
         raise _refuse("vLLM gave no KV cache configuration", "use vLLM 0.33 or newer")
-    groups = kv_cache_config.kv_cache_groups
-    kinds = sorted({type(g.kv_cache_spec).__name__ for g in groups})
-    if len(groups) != 1 or kinds != ["FullAttentionSpec"]:
-        raise _refuse(
-            f"KV cache groups {kinds} are not mapped yet (dense full attention only)",
-            "use a dense model, or run without the connector",
-        )
-    spec = groups[0].kv_cache_spec
-    assert isinstance(spec, FullAttentionSpec)
-    if spec.sliding_window is not None or spec.attention_chunk_size is not None:
-        raise _refuse("a windowed attention group is not mapped yet", "use a dense model")
     name = layout or "LBNHC"
     if name not in _PAGE_ORDER:
         raise _refuse(
@@ -226,49 +238,128 @@ def page_shape(kv_cache_config: KVCacheConfig | None, layout: str | None) -> Pag
             "pool geometry does not describe",
             "use the default layout (unset VLLM_KV_CACHE_LAYOUT)",
         )
+    shapes = tuple(
+        _group_shape(i, g, _PAGE_ORDER[name]) for i, g in enumerate(kv_cache_config.kv_cache_groups)
+    )
+    kinds = sorted({s.kind for s in shapes})
+    if kinds not in (["full"], ["mla"], ["full", "window"]) or (
+        kinds == ["mla"] and len(shapes) > 1
+    ):
+        raise _refuse(
+            f"KV cache groups of kinds {kinds} together are not mapped yet",
+            "use a dense, MLA, or full-and-sliding-window model, or run without the connector",
+        )
+    if pipeline > 1 and kinds != ["full"]:
+        raise _refuse(
+            f"KV cache groups of kinds {kinds} under pipeline parallelism are not mapped yet "
+            "(each stage holds its own layers of each group)",
+            "run with --pipeline-parallel-size 1",
+        )
+    if len({(s.block_size, s.layer_bytes) for s in shapes}) != 1:
+        raise _refuse(
+            "the KV cache groups differ in block size or page size",
+            "use one block size for every group",
+        )
+    return shapes
+
+
+def _group_shape(index: int, group: KVCacheGroupSpec, order: str) -> PageShape:
+    """Group `index`'s page shape, or `StartupRefused` naming the group's kind."""
+    spec = group.kv_cache_spec
+    kind = _group_kind(spec)
+    what = f"KV cache group {index} ({type(spec).__name__}, layers {group.layer_names[:2]}...)"
+    if kind is None:
+        raise _refuse(f"{what} is not attention KV OrbitKV can restore", _NO_CONNECTOR)
+    if group.is_eagle_group:
+        raise _refuse(f"{what} holds a speculative draft model's layers", _NO_DRAFT)
+    if group.host_resident or not group.enable_kv_transfer or str(group.role.value) != "default":
+        raise _refuse(f"{what} is not transferable device KV", _NO_CONNECTOR)
+    full = cast("FullAttentionSpec", spec)
+    if kind != "window" and (full.sliding_window is not None or full.attention_chunk_size):
+        raise _refuse(
+            f"{what} computes windowed attention over full-attention blocks",
+            "leave the hybrid KV cache manager on (unset --disable-hybrid-kv-cache-manager)",
+        )
+    window = int(getattr(spec, "sliding_window", 0) or 0)
+    if kind == "window" and int(getattr(spec, "extra_retained_tokens", 0)):
+        raise _refuse(f"{what} retains extra blocks for speculative decoding", _NO_DRAFT)
+    if str(getattr(getattr(spec, "cache_role", None), "value", "")) == "indexer":
+        raise _refuse(f"{what} is a sparse-attention (DSA) indexer cache", _NO_CONNECTOR)
+    if kind == "mla" and (
+        getattr(spec, "model_version", None) is not None
+        or getattr(spec, "topk_buffer_width", None) is not None
+        or str(getattr(spec, "cache_dtype_str", None) or "auto") not in ("auto", "bfloat16", "fp8")
+    ):
+        raise _refuse(f"{what} is a sparse or packed MLA cache, not mapped yet", _NO_CONNECTOR)
     shape = PageShape(
         block_size=int(spec.block_size),
-        kv_heads=int(spec.num_kv_heads),
-        head_size=int(spec.head_size),
-        head_size_v=int(spec.head_size_v),
-        kv_dtype=_dtype_name(spec.dtype),
-        order=_PAGE_ORDER[name],
+        kv_heads=int(full.num_kv_heads),
+        head_size=int(full.head_size),
+        head_size_v=int(full.head_size_v),
+        kv_dtype=_dtype_name(full.dtype),
+        order=order,
+        group=index,
+        kind=kind,
+        window=window,
+        layer_names=tuple(group.layer_names),
     )
-    # Only the heads' elements are mapped: not a page with more (padding), nor a quantization
-    # mode with scales of its own (per token and head, block-wise). fp8 with one scale per
-    # tensor is mapped: the scale is the checkpoint's, part of the model's content.
+    # Only the heads' elements are mapped: not a page with more (padding, packed head slots),
+    # nor a quantization mode with scales of its own (per token and head, block-wise). fp8 with
+    # one scale per tensor is mapped: the scale is the checkpoint's, part of the model's content.
     mode = str(getattr(getattr(spec, "kv_quant_mode", None), "name", "NONE"))
     if (
         not shape.element_known
         or spec.page_size_bytes != shape.layer_bytes
+        or getattr(spec, "num_head_slots", None) is not None
+        or getattr(spec, "tokens_per_state", 1) != 1
         or mode not in ("NONE", "FP8_PER_TENSOR")
     ):
         raise _refuse(
-            f"a KV page of {spec.page_size_bytes} bytes is not {shape.kv_heads} heads of "
-            f"{shape.block_size} tokens in {shape.kv_dtype} (padding, scales or a KV "
+            f"a KV page of {spec.page_size_bytes} bytes in {what} is not {shape.kv_heads} heads "
+            f"of {shape.block_size} tokens in {shape.kv_dtype} (padding, scales or a KV "
             "quantization mode not mapped yet)",
             "use --kv-cache-dtype auto",
         )
     return shape
 
 
+_NO_CONNECTOR = "run this model without the connector"
+_NO_DRAFT = "run without speculative decoding, or without the connector"
+
+
+def group_layers(s: Settings, shape: PageShape, rank: int) -> int:
+    """The layers of `shape`'s group at `rank`: its stage's (pipeline parallelism maps one
+    group only), else the group's own."""
+    return s.stage_layers(rank) if s.pipeline > 1 else len(shape.layer_names) or s.num_layers
+
+
+def record_rank(shape: PageShape, rank: int) -> int:
+    """The rank a group's records are stored under at `rank`: its own, or MLA's one copy's."""
+    return orbitkv.RANK_REPLICATED if shape.kind == "mla" else rank
+
+
 def state_format(
     s: Settings, shape: PageShape, rank: int, attention_backend: str
 ) -> orbitkv.StateFormat:
     """The bytes of one record at `rank`: every layer of its stage, each layer's page in vLLM's
-    own byte order (NHD: token, head, then the K and V halves of the head's row)."""
+    own byte order (NHD: token, head, then the K and V halves of the head's row; MLA: token,
+    then the latent row)."""
     e, n, h = shape.element, shape.block_size, shape.kv_heads
-    row = (shape.head_size + shape.head_size_v) * e
-    token, head = (h * row, row) if shape.order == "NHD" else (row, n * row)
-    axes: list[tuple[Any, int, int]] = [("layer", s.stage_layers(rank), shape.layer_bytes)]
-    inner = [("token", n, token), ("kv_head", h, head)]
-    axes += inner if shape.order == "NHD" else inner[::-1]
-    axes += [("kv_split", 2, shape.head_size * e), ("head_dim", shape.head_size, e)]
+    layers = group_layers(s, shape, rank)
+    axes: list[tuple[Any, int, int]] = [("layer", layers, shape.layer_bytes)]
+    if shape.kind == "mla":
+        axes += [("token", n, shape.head_size * e), ("head_dim", shape.head_size, e)]
+    else:
+        row = (shape.head_size + shape.head_size_v) * e
+        token, head = (h * row, row) if shape.order == "NHD" else (row, n * row)
+        inner = [("token", n, token), ("kv_head", h, head)]
+        axes += inner if shape.order == "NHD" else inner[::-1]
+        axes += [("kv_split", 2, shape.head_size * e), ("head_dim", shape.head_size, e)]
     return orbitkv.StateFormat(
         dtype=s.dtype,
         kv_quant=s.kv_cache_dtype,
         block_tokens=shape.block_size,
-        layers=s.stage_layers(rank),
+        layers=layers,
         layout=axes,
         kv_heads=h,
         head_size_k=shape.head_size,
@@ -276,26 +367,41 @@ def state_format(
         engine="vllm",
         release=s.release,
         attention_backend=attention_backend,
-        rank=rank,
+        rank="replicated" if shape.kind == "mla" else rank,
         tensor=s.tensor,
         pipeline=s.pipeline,
     )
 
 
-def storage_layout(s: Settings, shape: PageShape, attention_backend: str) -> orbitkv.StorageLayout:
-    """The instance's layout: one dense group, one format per rank."""
-    formats = [state_format(s, shape, r, attention_backend) for r in range(s.workers)]
-    group = orbitkv.CacheGroup(
-        id=GROUP,
-        component="dense_kv",
-        block_tokens=shape.block_size,
-        page_bytes=shape.layer_bytes * s.stage_layers(0),
-        formats=formats,
-    )
-    return orbitkv.StorageLayout([group], tensor=s.tensor, pipeline=s.pipeline)
+def storage_layout(
+    s: Settings, shapes: tuple[PageShape, ...], attention_backend: str
+) -> orbitkv.StorageLayout:
+    """The instance's layout: a group per vLLM KV cache group, one format per rank each (one
+    for all, MLA's)."""
+    groups = [
+        orbitkv.CacheGroup(
+            id=shape.group,
+            component=shape.component,
+            block_tokens=shape.block_size,
+            page_bytes=shape.layer_bytes * group_layers(s, shape, 0),
+            formats=[
+                state_format(s, shape, r, attention_backend)
+                for r in range(1 if shape.kind == "mla" else s.workers)
+            ],
+        )
+        for shape in shapes
+    ]
+    return orbitkv.StorageLayout(groups, tensor=s.tensor, pipeline=s.pipeline)
 
 
-def identity(s: Settings, shape: PageShape, attention_backend: str) -> orbitkv.Identity:
+def rules(shapes: tuple[PageShape, ...]) -> tuple[tuple[int, str, int], ...]:
+    """Each group's recovery rule, for the registration."""
+    return tuple((shape.group, *shape.rule) for shape in shapes)
+
+
+def identity(
+    s: Settings, shapes: tuple[PageShape, ...], attention_backend: str
+) -> orbitkv.Identity:
     """The computation's identity: the model by content and every setting that changes the KV
     bytes; the placement is not part of it."""
     return orbitkv.resolve_identity(
@@ -309,7 +415,7 @@ def identity(s: Settings, shape: PageShape, attention_backend: str) -> orbitkv.I
         cache_variant="full_attention",
         settings=[
             ("block_size", str(s.block_size).encode()),
-            ("page_order", shape.order.encode()),
+            ("page_order", shapes[0].order.encode()),
             ("hash", f"{s.hash_algo}:{s.hash_seed}".encode()),
             ("hf_overrides", s.hf_overrides.encode()),
             ("parallel", f"tp{s.tensor}pp{s.pipeline}".encode()),

@@ -17,11 +17,12 @@ from orbitkv.vllm import weights
 from orbitkv.vllm.metadata import OrbitKVMetadata
 from orbitkv.vllm.pages import POOL, Fence, PageMemory, StagedMemory, page_memory
 from orbitkv.vllm.settings import (
-    GROUP,
     PageShape,
     Settings,
     identity,
-    page_shape,
+    kv_groups,
+    record_rank,
+    rules,
     state_format,
     storage_layout,
 )
@@ -76,11 +77,12 @@ class WorkerSide:
         self.s = settings
         self.rank = rank
         self.backend = attention_backend
-        self.shape: PageShape = page_shape(kv_cache_config, layout)
+        self.groups = kv_groups(kv_cache_config, layout, settings.pipeline)
+        self.shapes: dict[int, PageShape] = {g.group: g for g in self.groups}
         if kv_cache_config is None:
-            raise RuntimeError("page_shape refuses a missing KV cache configuration")
+            raise RuntimeError("kv_groups refuses a missing KV cache configuration")
         self.num_blocks = int(kv_cache_config.num_blocks)
-        self.layer_names: list[str] = list(kv_cache_config.kv_cache_groups[0].layer_names)
+        self.layer_bytes = self.groups[0].layer_bytes
         self.memory: PageMemory | None = None
         self.pool_ready = False
         self.session = Session(
@@ -90,12 +92,15 @@ class WorkerSide:
                 role="worker",
                 rank=rank,
                 workers=settings.workers,
-                identity=identity(settings, self.shape, attention_backend),
-                layout=storage_layout(settings, self.shape, attention_backend),
+                identity=identity(settings, self.groups, attention_backend),
+                layout=storage_layout(settings, self.groups, attention_backend),
                 domain=settings.domain,
                 model=settings.model,
                 revision=settings.revision,
-                formats=(state_format(settings, self.shape, rank, attention_backend).encode(),),
+                formats=tuple(
+                    state_format(settings, g, rank, attention_backend).encode() for g in self.groups
+                ),
+                rules=rules(self.groups),
                 client="orbitkv-vllm",
             ),
             on_seal=self._register_pool,
@@ -107,6 +112,11 @@ class WorkerSide:
         self.had_publish: set[str] = set()
         self.finished_waiting: set[str] = set()
         self.load_errors: set[int] = set()
+        # Asynchronous loads (several groups): the requests loaded, and those that failed.
+        self.received: set[str] = set()
+        self.failed_receiving: set[str] = set()
+        # The handshake's content, in the first step's worker metadata.
+        self.backend_told = False
         weights.watch_vllm_workers()
         self.stats = Counters(
             "loaded_bytes", "published_bytes", "load_failures", "durable_pages", "publish_failures"
@@ -116,9 +126,12 @@ class WorkerSide:
 
     def register(self, kv_caches: dict[str, torch.Tensor]) -> None:
         """vLLM's per-layer views (this rank's stage): its pool, in place or staged."""
-        names = [n for n in self.layer_names if n in kv_caches] or list(kv_caches)
-        layers = [kv_caches[n] for n in names]
-        self.memory = page_memory(layers, GROUP, self.shape.layer_bytes, self.num_blocks)
+        groups = {
+            g.group: [kv_caches[n] for n in g.layer_names if n in kv_caches] for g in self.groups
+        }
+        if len(self.groups) == 1 and not groups[self.groups[0].group]:
+            groups = {self.groups[0].group: list(kv_caches.values())}
+        self.memory = page_memory(groups, self.layer_bytes, self.num_blocks)
         log.info("OrbitKV: rank %d's pool is %s", self.rank, self.memory.kind)
         self.session.sealed()
 
@@ -139,7 +152,7 @@ class WorkerSide:
                 raise
             # A daemon without the CUDA backend, driver or device: stage instead.
             log.warning("OrbitKV: the daemon refused the device pool (%s); staging instead", e)
-            self.memory = m = StagedMemory(m.layers, GROUP, self.shape.layer_bytes, self.num_blocks)
+            self.memory = m = StagedMemory(m.groups, self.layer_bytes, self.num_blocks)
             m.register(conn, seal.token)
         self.pool_ready = True
 
@@ -170,53 +183,67 @@ class WorkerSide:
         # Device memory: once a step, the daemon's copies wait for the work queued before them.
         stream_done = False
         for spec in meta.loads:
-            self.load_errors.update(spec.lost)
-            mine = [p for p in spec.pages if p[2] == self.rank]
-            if not mine:
-                continue
+            failed: list[int] = list(spec.lost)
+            mine = [p for p in spec.pages if p[3] == record_rank(self.shapes[p[0]], self.rank)]
             live = self._live()
+            if not mine:
+                pass
             # Records of the weights this instance started with are not its KV any more.
-            if live is None or self.memory is None or weights.changed():
-                self.load_errors.update(block for _, block, _ in mine)
+            elif live is None or self.memory is None or weights.changed():
+                failed += [block for _, _, block, _ in mine]
                 self.stats.add("load_failures", len(mine))
+            else:
+                if not stream_done:
+                    self.memory.before_load()
+                    stream_done = True
+                failed += self._load_pages(live, spec.lease, mine)
+            if spec.whole:
+                self.received.add(spec.request)
+                if failed:
+                    self.failed_receiving.add(spec.request)
+            else:
+                self.load_errors.update(failed)
+
+    def _load_pages(
+        self,
+        live: tuple[orbitkv.Connection, orbitkv.Sealed],
+        lease: int,
+        mine: list[tuple[int, int, int, int]],
+    ) -> list[int]:
+        """Loads `mine` (group, index, block, rank) under `lease`; the blocks not loaded."""
+        conn, seal = live
+        failed, pages, staged = [], [], []
+        for group, index, block, rank in mine:
+            generation = self._fresh(block)
+            if generation is None:
+                failed.append(block)
+                self.stats.add("load_failures")
                 continue
-            conn, seal = live
-            if not stream_done:
-                self.memory.before_load()
-                stream_done = True
-            pages, staged = [], []
-            for index, block, rank in mine:
-                generation = self._fresh(block)
-                if generation is None:
-                    self.load_errors.add(block)
-                    self.stats.add("load_failures")
-                    continue
-                staged.append((index, block, rank))
-                pages.append((index, GROUP, rank, POOL, block, generation, 0, self._layers))
-            mine = staged
-            if not pages:
-                continue
-            try:
-                statuses = conn.wait(
-                    conn.submit_load(seal.token, seal.epoch, spec.lease, pages), timeout=LOAD_WAIT
-                )
-            except orbitkv.OrbitKVError as e:
-                self.session.lost(str(e))
-                statuses = None
-            if not isinstance(statuses, orbitkv.Pages):
-                # No reply: the daemon may still copy. vLLM recomputes into these blocks.
-                self._settle([block for _, block, _ in mine])
-                self.load_errors.update(block for _, block, _ in mine)
-                self.stats.add("load_failures", len(mine))
-                continue
-            for (_, block, _), status in zip(mine, statuses.statuses, strict=False):
-                if status == "ok":
-                    self.memory.after_load(block)
-                    self.stats.add("loaded_bytes", self.shape.layer_bytes * self._layers)
-                else:
-                    self.load_errors.add(block)
-                    self.stats.add("load_failures")
-                    self.stats.add(f"load_{status}")
+            staged.append((group, block))
+            pages.append((index, group, rank, POOL, block, generation, 0, self._layers(group)))
+        if not pages:
+            return failed
+        try:
+            statuses = conn.wait(
+                conn.submit_load(seal.token, seal.epoch, lease, pages), timeout=LOAD_WAIT
+            )
+        except orbitkv.OrbitKVError as e:
+            self.session.lost(str(e))
+            statuses = None
+        if not isinstance(statuses, orbitkv.Pages) or self.memory is None:
+            # No reply: the daemon may still copy. vLLM recomputes into these blocks.
+            self._settle([block for _, block in staged])
+            self.stats.add("load_failures", len(staged))
+            return failed + [block for _, block in staged]
+        for (group, block), status in zip(staged, statuses.statuses, strict=False):
+            if status == "ok":
+                self.memory.after_load(group, block)
+                self.stats.add("loaded_bytes", self.layer_bytes * self._layers(group))
+            else:
+                failed.append(block)
+                self.stats.add("load_failures")
+                self.stats.add(f"load_{status}")
+        return failed
 
     def save(self, meta: OrbitKVMetadata) -> None:
         """The step's publishes, once its forward pass has written the blocks: at once for
@@ -235,12 +262,16 @@ class WorkerSide:
             return
         pages = []
         for p in meta.publishes:
+            rank = record_rank(self.shapes[p.group], self.rank)
+            # MLA's one copy for every rank is rank 0's to publish.
+            if rank != self.rank and self.rank != 0:
+                continue
             generation = self._fresh(p.block)
             if generation is None:
                 continue
-            m.before_publish(p.block)
+            m.before_publish(p.group, p.block)
             pages.append(
-                (GROUP, self.rank, p.hash, p.parent, p.start, p.end, POOL, p.block, generation)
+                (p.group, rank, p.hash, p.parent, p.start, p.end, POOL, p.block, generation)
             )
         if not pages:
             return
@@ -262,7 +293,7 @@ class WorkerSide:
             self.session.lost(str(e))
             return
         self.in_flight.append(Published(rid, requests, [p[7] for p in pages]))
-        self.stats.add("published_bytes", len(pages) * self.shape.layer_bytes * self._layers)
+        self.stats.add("published_bytes", sum(self.layer_bytes * self._layers(p[0]) for p in pages))
 
     def _flush(self, wait: bool) -> None:
         """Sends the pending publishes whose step has finished (with `wait`, all of them)."""
@@ -329,9 +360,18 @@ class WorkerSide:
         return still, arrived
 
     def preempted(self, meta: OrbitKVMetadata) -> None:
-        """vLLM frees a preempted request's blocks at once: their copies must be out first."""
-        if self._busy() & meta.preempted:
+        """Before the step writes: vLLM frees a preempted request's blocks at once, and may
+        hand out a block a publish still copies (a sliding-window block that left the window):
+        those copies must be out first."""
+        if self._busy() & meta.preempted or self._busy_blocks() & meta.allocated:
             self._poll(COPIED_WAIT)
+
+    def _busy_blocks(self) -> set[int]:
+        """Blocks a publish not yet copied out reads."""
+        busy = {page[7] for p in self.pending for page in p.pages}
+        for q in self.in_flight:
+            busy.update(q.blocks)
+        return busy
 
     def _busy(self) -> set[str]:
         """Requests with a publish not yet copied out of their blocks."""
@@ -356,9 +396,21 @@ class WorkerSide:
         errors, self.load_errors = self.load_errors, set()
         return errors
 
-    @property
-    def _layers(self) -> int:
-        return len(self.memory.layers) if self.memory is not None else 0
+    def take_received(self) -> tuple[set[str], set[str]]:
+        """The asynchronous loads done since the last call, and those of them that failed."""
+        done, failed = self.received, self.failed_receiving
+        self.received, self.failed_receiving = set(), set()
+        return done, failed
+
+    def tell_backend(self) -> frozenset[str]:
+        """The attention backend, once: the first step's worker metadata carries it."""
+        if self.backend_told:
+            return frozenset()
+        self.backend_told = True
+        return frozenset({self.backend})
+
+    def _layers(self, group: int) -> int:
+        return len(self.memory.groups.get(group, ())) if self.memory is not None else 0
 
     def close(self) -> None:
         self.session.close()

@@ -1,0 +1,140 @@
+"""A hybrid model (full attention beside sliding-window attention), with groups from vLLM's own
+planner: every group is published as its blocks fill, a consumer loads the full group's prefix
+and the window group's trailing window byte for byte, and the boundary the daemon proves is the
+one vLLM's own hybrid coordinator accepts for the same records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemon import Daemon
+from harness import BLOCK, Instance
+from orbitkv.vllm import worker
+from vllm.v1.core.kv_cache_utils import KVCacheBlock
+
+# The odd layers attend over 32 tokens: a boundary needs the 2 blocks before it.
+WINDOW = 32
+# Chunks of 4 blocks: the window group's blocks behind the window are freed mid-prompt.
+CHUNKED: dict[str, object] = {"max_num_batched_tokens": 4 * BLOCK}
+
+
+def prompt(k: int, blocks: int = 8) -> list[int]:
+    return [(i * 73 + 29 + k * 211) % 1000 for i in range(blocks * BLOCK)] + [3]
+
+
+def hit_by_vllm(inst: Instance, records: set[tuple[int, bytes]], tokens: list[int]) -> int:
+    """The tokens vLLM's hybrid coordinator accepts for `tokens` when its cache holds exactly
+    `records` (group, block hash)."""
+    coordinator = inst.scheduler.kv_cache_manager.coordinator
+    request = inst.new_request("judge", tokens)
+
+    def cached(block_hash: bytes, groups: list[int]) -> list[KVCacheBlock] | None:
+        if all((g, bytes(block_hash)) in records for g in groups):
+            return [KVCacheBlock(block_id=1) for _ in groups]
+        return None
+
+    real = coordinator.block_pool.get_cached_block
+    coordinator.block_pool.get_cached_block = cached
+    try:
+        _, hit, _ = coordinator.find_longest_cache_hit(request.block_hashes, request.num_tokens - 1)
+    finally:
+        coordinator.block_pool.get_cached_block = real
+    return int(hit)
+
+
+def published(
+    monkeypatch: pytest.MonkeyPatch, drop: set[tuple[int, int]]
+) -> set[tuple[int, bytes]]:
+    """The (group, hash) of every page the workers publish from now on, leaving out the pages
+    whose (group, block index) is in `drop` (a record the daemon never got)."""
+    records: set[tuple[int, bytes]] = set()
+    real = worker.WorkerSide._submit
+
+    def submit(self: worker.WorkerSide, pages: list[Any], requests: set[str]) -> None:
+        kept = [p for p in pages if (p[0], p[4] // BLOCK) not in drop]
+        records.update((p[0], p[2]) for p in kept)
+        if kept:
+            real(self, kept, requests)
+
+    monkeypatch.setattr(worker.WorkerSide, "_submit", submit)
+    return records
+
+
+def test_groups_come_from_vllms_planner(daemon: Daemon, model_dir: Path) -> None:
+    inst = Instance(model_dir, "hy-plan", daemon.socket, window=WINDOW)
+    try:
+        groups = inst.worker.worker.groups
+        assert [(g.group, g.kind, g.window) for g in groups] == [(0, "full", 0), (1, "window", 32)]
+        assert inst.worker.worker.memory.kind == "in place"
+        assert inst.worker.worker.memory.states.spec.aliased
+    finally:
+        inst.close()
+
+
+@pytest.mark.parametrize("memory", ["pool", "allocate"])
+def test_a_hybrid_prefix_round_trips_byte_for_byte(
+    daemon: Daemon, model_dir: Path, memory: str
+) -> None:
+    p = Instance(model_dir, f"hy-w-{memory}", daemon.socket, window=WINDOW, args=CHUNKED)
+    c = Instance(model_dir, f"hy-r-{memory}", daemon.socket, window=WINDOW, memory=memory)
+    tokens = prompt(0 if memory == "pool" else 1)
+    try:
+        assert p.start_of("w", tokens) == 0
+        assert p.worker.worker.wait_durable(10.0)
+        start, r = c.first_step("r", tokens)
+        assert start == 8 * BLOCK
+        full, window = c.scheduler.kv_cache_manager.get_block_ids("r")
+        hashes = [bytes(h) for h in r.block_hashes[:8]]
+        assert [c.page(b, 0) for b in full[:8]] == [c.expected(h, 0) for h in hashes]
+        # The window group holds the 2 blocks before the boundary; those before are null.
+        assert window[:6] == [0] * 6
+        assert [c.page(b, 1) for b in window[6:8]] == [c.expected(h, 1) for h in hashes[6:]]
+        c.run()
+    finally:
+        c.close()
+        p.close()
+
+
+def test_the_boundary_is_the_one_vllms_coordinator_accepts(
+    daemon: Daemon, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record of the window group missing (block 6) or of the full group missing (block 3):
+    the daemon proves what vLLM's hybrid coordinator accepts for the records it holds."""
+    drop: set[tuple[int, int]] = set()
+    records = published(monkeypatch, drop)
+    for k, dropped, expect in [(2, {(1, 6)}, 6), (3, {(0, 3)}, 3), (4, set(), 8)]:
+        drop.clear()
+        drop.update(dropped)
+        records.clear()
+        p = Instance(model_dir, f"hy-judge-w{k}", daemon.socket, window=WINDOW, args=CHUNKED)
+        c = Instance(model_dir, f"hy-judge-r{k}", daemon.socket, window=WINDOW)
+        try:
+            assert p.start_of("w", prompt(k)) == 0
+            assert p.worker.worker.wait_durable(10.0)
+            assert hit_by_vllm(c, records, prompt(k)) == expect * BLOCK
+            assert c.start_of("r", prompt(k)) == expect * BLOCK
+        finally:
+            c.close()
+            p.close()
+
+
+def test_a_failed_load_is_recomputed_from_the_start(
+    daemon: Daemon, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM cannot map a failed block of a hybrid model back to its request: the load is
+    asynchronous and a failure fails the whole request, which vLLM recomputes."""
+    p = Instance(model_dir, "hy-fail-w", daemon.socket, window=WINDOW)
+    c = Instance(model_dir, "hy-fail-r", daemon.socket, window=WINDOW)
+    try:
+        assert p.start_of("w", prompt(5)) == 0
+        assert p.worker.worker.wait_durable(10.0)
+        monkeypatch.setattr(
+            worker.WorkerSide, "_load_pages", lambda self, live, lease, mine: [mine[0][2]]
+        )
+        assert c.start_of("r", prompt(5)) == 0
+        assert c.worker.worker.stats["loaded_bytes"] == 0
+    finally:
+        c.close()
+        p.close()
