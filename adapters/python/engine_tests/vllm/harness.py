@@ -9,6 +9,8 @@ hash."""
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import hashlib
 import socket
 import time
@@ -19,11 +21,16 @@ from pathlib import Path
 import orbitkv
 import torch
 from vllm import SamplingParams
-from vllm.config import VllmConfig, set_current_vllm_config
+from vllm.config import KVTransferConfig, VllmConfig, set_current_vllm_config
 from vllm.distributed import parallel_state
 from vllm.distributed.kv_transfer import kv_transfer_state
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorRole
+from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import (
+    MultiKVConnectorMetadata,
+    MultiKVConnectorStats,
+    MultiKVConnectorWorkerMetadata,
+)
 from vllm.distributed.utils import get_pp_indices
 from vllm.engine.arg_utils import EngineArgs
 from vllm.forward_context import set_forward_context
@@ -152,6 +159,11 @@ class Instance:
     memory: str = "pool"
     # A hybrid model: its odd layers attend over a sliding window of this many tokens.
     window: int = 0
+    # A connector configuration the scheduler runs first, beside OrbitKV, in vLLM's
+    # `MultiConnector`. Its workers are OrbitKV's alone, given OrbitKV's part of each step's
+    # metadata (what the `MultiConnector` worker does); no handshake reaches OrbitKV's
+    # scheduler side, as when the other connector's comes first.
+    beside: dict[str, object] | None = None
 
     def __post_init__(self) -> None:
         transfer = kv_transfer(self.socket, engine_id=self.engine_id, **self.extra)
@@ -184,23 +196,20 @@ class Instance:
         self.worker = self.workers[0]
         self.kv_caches = self._views[0]
         self.scheduler = Scheduler(
-            vllm_config=cfg,
+            vllm_config=self._composed() if self.beside is not None else cfg,
             kv_cache_config=generate_scheduler_kv_cache_config([kvc]),
             structured_output_manager=StructuredOutputManager(cfg),
             block_size=sched_bs,
             hash_block_size=hash_bs,
         )
         self.connector = self.scheduler.get_kv_connector()
-        self.connector.set_xfer_handshake_metadata_pp_aware(
-            {
-                (r // self.tp, r % self.tp): w.get_handshake_metadata()
-                for r, w in enumerate(self.workers)
-            }
-        )
-        # A running engine's workers have read their seal and registered their pools by the
-        # time requests come; without it the first loads fail (and are recomputed).
-        for w in self.workers:
-            w.worker.session.sealed(wait=10.0)
+        if self.beside is None:
+            self.connector.set_xfer_handshake_metadata_pp_aware(
+                {
+                    (r // self.tp, r % self.tp): w.get_handshake_metadata()
+                    for r, w in enumerate(self.workers)
+                }
+            )
         hash_fn = get_hash_fn_by_name(cfg.cache_config.prefix_caching_hash_algo)
         init_none_hash(hash_fn)
         self.hasher = get_request_block_hasher(hash_bs, hash_fn, cfg.num_hash_lookahead_tokens)
@@ -208,6 +217,38 @@ class Instance:
         self.freed: list[str] = []
         # The worker's stats as each step's KVConnectorOutput carried them.
         self.reported: list[dict[str, int]] = []
+        if self.beside is not None:
+            # The first step's worker metadata carries the attention backend: the scheduler
+            # side registers then.
+            self.step()
+            assert self.orbitkv.scheduler.session is not None, "registered from the metadata"
+        # A running engine's workers have read their seal and registered their pools by the
+        # time requests come; without it the first loads fail (and are recomputed).
+        for w in self.workers:
+            w.worker.session.sealed(wait=10.0)
+        if self.orbitkv.scheduler.session is not None:
+            self.orbitkv.scheduler.session.sealed(wait=10.0)
+
+    @property
+    def orbitkv(self) -> KVConnectorBase_V1:
+        """The scheduler-side OrbitKV connector (a member of the `MultiConnector` with
+        `beside`)."""
+        if self.beside is None:
+            return self.connector
+        return self.connector._connectors[-1]  # type: ignore[attr-defined, no-any-return]
+
+    def _composed(self) -> VllmConfig:
+        """The configuration with `beside`, then OrbitKV, in a `MultiConnector`."""
+        cfg = copy.copy(self.config)
+        member = kv_transfer(self.socket, **self.extra)
+        cfg.kv_transfer_config = KVTransferConfig(
+            kv_connector="MultiConnector",
+            kv_role="kv_both",
+            kv_load_failure_policy="recompute",
+            engine_id=self.engine_id,
+            kv_connector_extra_config={"connectors": [self.beside, member]},
+        )
+        return cfg
 
     def _spec(self, layer: int) -> AttentionSpec:
         """Layer `layer`'s KV cache spec, as the model's attention layer would give it."""
@@ -372,11 +413,16 @@ class Instance:
         so = self.scheduler.schedule()
         req_ids = list(so.num_scheduled_tokens)
         outputs = []
+        mine = so
+        if isinstance(so.kv_connector_metadata, MultiKVConnectorMetadata):
+            mine = dataclasses.replace(
+                so, kv_connector_metadata=so.kv_connector_metadata.metadata[-1]
+            )
         for rank in self.stepping if self.stepping is not None else range(len(self.workers)):
             kv_transfer_state._KV_CONNECTOR_AGENT = self.workers[rank]
             with set_forward_context(None, self.config):
-                self.workers[rank].handle_preemptions(so.kv_connector_metadata)
-                with KVConnectorModelRunnerMixin._get_kv_connector_output(so) as out:
+                self.workers[rank].handle_preemptions(mine.kv_connector_metadata)
+                with KVConnectorModelRunnerMixin._get_kv_connector_output(mine) as out:
                     self._forward(so, self._views[rank])
             outputs.append(out)
         # Rank 0's output stands for all (the harness has no executor to aggregate them).
@@ -395,6 +441,16 @@ class Instance:
         self.freed += list(kv_out.finished_sending or ())
         if kv_out.kv_connector_stats is not None:
             self.reported.append(kv_out.kv_connector_stats.to_dict())
+        if self.beside is not None:
+            # What the `MultiConnector` worker reports: each member's part under its own key.
+            if kv_out.kv_connector_worker_meta is not None:
+                kv_out.kv_connector_worker_meta = MultiKVConnectorWorkerMetadata(
+                    metadata=(None, kv_out.kv_connector_worker_meta)
+                )
+            if kv_out.kv_connector_stats is not None:
+                kv_out.kv_connector_stats = MultiKVConnectorStats(
+                    data={type(self.workers[0]).__name__: kv_out.kv_connector_stats}
+                )
         self.scheduler.update_from_output(so, out)
         return so
 
