@@ -20,7 +20,7 @@ def prompt(k: int) -> list[int]:
 def test_the_orbitkv_member_answers_as_it_does_alone(
     daemon: Daemon, model_dir: Path, nixl_role: str
 ) -> None:
-    nixl = {"kv_connector": "NixlConnector", "kv_role": nixl_role}
+    nixl: dict[str, object] = {"kv_connector": "NixlConnector", "kv_role": nixl_role}
     writer = Instance(model_dir, f"multi-w-{nixl_role}", daemon.socket)
     alone = Instance(model_dir, f"multi-alone-{nixl_role}", daemon.socket)
     composed = Instance(model_dir, f"multi-{nixl_role}", daemon.socket, beside=nixl)
