@@ -2,9 +2,10 @@
 # Runs on the GPU machine, with target/device-run (from build.sh) carried beside the working
 # tree: every step under its own timeout, everything printed also kept in one log
 # ($OUT/device-run.log when OUT is set, else target/device-run.log). Steps: the GPU's identity
-# and PCIe link; the device check twice; the PyTorch engine stand-in (KV tensors in vLLM's
-# shapes, exported through `_share_cuda_` and registered with `orbitkv serve` through the
-# package); the bridge's CUDA unit tests; the daemon's device-pool tests, end to end included.
+# and PCIe link; the device check twice; the PyTorch engine stand-in (KV tensors in the shapes
+# vLLM's planner gives a dense, a hybrid and an MLA model, exported through `_share_cuda_`,
+# registered with `orbitkv serve` through the package, loaded back by another process); the
+# bridge's CUDA unit tests; the daemon's device-pool tests, end to end included.
 # Exit 0: every step passed; 1: one failed; 2: no GPU here (each step that needs one refuses
 # with 2, which is what CI checks).
 set -uo pipefail

@@ -1,12 +1,15 @@
 """The vLLM connector's page memory on a GPU, without vLLM (the GPU machine has PyTorch only).
 
-KV caches are allocated by torch in vLLM's shape: one allocation for every layer, each layer a
-view of `[block, page]` (layer-outermost `LBNHC` and block-outermost `BLNHC`). The connector's
+KV caches are allocated by torch in the shapes vLLM's planner gives (`vllm_shapes.json`, made by
+the engine test `test_device_shapes.py`): a dense model with layers outermost and with blocks
+outermost, a hybrid one (full attention beside sliding windows, the groups aliasing one
+allocation) and an MLA one under tensor parallelism (one copy for both ranks). The connector's
 `orbitkv.vllm.pages.page_memory` registers them with a real `orbitkv serve` (built with the
-`cuda` feature) as a device pool, by the allocation's IPC handle. Then, for each placement:
-publish after the step's CUDA event, load back into other blocks of another instance and compare
-on the device, a stale generation refused, and the time of Publish and Load against torch's own
-copy of the same bytes between the device and pinned memory (printed, not gated).
+`cuda` feature) as a device pool, by the allocation's IPC handle. For each shape: publish after
+the step's CUDA event; then another process, with tensors of its own, loads what the daemon
+proves and compares it on the device, and a stale generation is refused; the time of Publish
+and Load is printed beside torch's own copy of the same bytes between the device and pinned
+memory (`cuMemcpyAsync`), not gated.
 
     python adapters/python/device/vllm_pages_check.py [--host] [--orbitkv BIN]
 
@@ -18,6 +21,7 @@ failed, 2 when there is no CUDA device (or no torch) to check."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -25,16 +29,20 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-# A 2 MiB page: 32 layers of 16 tokens, 8 KV heads of 128 (bfloat16), K and V.
-LAYERS, TOKENS, HEADS, HEAD = 32, 16, 8, 128
-BLOCKS = 160
-# Blocks published, and the first block the consumer loads them into.
-PUBLISHED, LOADED_AT = 128, 16
+# Blocks each group publishes from the start of a request, and where the consumer loads them.
+PUBLISHED, LOADED_AT = 64, 16
+# How long the consumer's process may take.
+CONSUMER_WAIT = 30.0
 
 
 def main() -> int:
@@ -47,12 +55,18 @@ def main() -> int:
     if not args.host and not torch.cuda.is_available():
         print("no CUDA device: nothing to check (--host checks host memory)")
         return 2
+    if args.consume is not None:
+        return consume(args)
     binary = args.orbitkv or os.environ.get("ORBITKV_BIN") or shutil.which("orbitkv")
     if binary is None:
         print("FAIL setup: no orbitkv binary (--orbitkv, ORBITKV_BIN or PATH)")
         return 1
     with tempfile.TemporaryDirectory() as root, serve(binary, Path(root)) as socket:
-        results = [run(name, check) for name, check in checks(socket, args.host)]
+        results = []
+        for seed, shape in enumerate(shapes()):
+            trial = Trial(Side(shape, socket, args.host, seed, "producer"))
+            results += [run(name, check) for name, check in trial.checks()]
+            results += trial.consumer()
     failed = results.count(False)
     print(f"{len(results) - failed} passed, {failed} failed")
     return 1 if failed else 0
@@ -62,6 +76,9 @@ def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--host", action="store_true", help="host memory instead of a GPU")
     p.add_argument("--orbitkv", help="the orbitkv binary (default: ORBITKV_BIN, then PATH)")
+    p.add_argument("--consume", help=argparse.SUPPRESS)  # the consumer's process: shape name
+    p.add_argument("--socket", help=argparse.SUPPRESS)
+    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     return p.parse_args()
 
 
@@ -73,6 +90,11 @@ def run(name: str, check: Callable[[], str | None]) -> bool:
         return False
     print(f"PASS {name}" + (f" ({note})" if note else ""), flush=True)
     return True
+
+
+def shapes() -> list[dict[str, Any]]:
+    """vLLM's plans, as the engine test wrote them."""
+    return list(json.loads((HERE / "vllm_shapes.json").read_text()))
 
 
 class serve:
@@ -105,98 +127,153 @@ class serve:
             self.proc.kill()
 
 
-def checks(socket: str, host: bool) -> list[tuple[str, Callable[[], str | None]]]:
-    out: list[tuple[str, Callable[[], str | None]]] = []
-    for seed, placement in enumerate(("LBNHC", "BLNHC")):
-        trial = Trial(socket, placement, host, seed)
-        out += [
-            (f"{placement}: registered as {trial.kind}", trial.register),
-            (f"{placement}: published after the step's event", trial.publish),
-            (f"{placement}: loaded back byte-exact", trial.load),
-            (f"{placement}: a stale generation refused", trial.stale),
-        ]
-    return out
+@dataclass
+class Side:
+    """One instance of a shape: its ranks' KV memory, registered with the daemon."""
 
+    shape: dict[str, Any]
+    socket: str
+    host: bool
+    seed: int
+    role: str
 
-class Trial:
-    """A producer and a consumer instance of one model, KV in one placement."""
+    def __post_init__(self) -> None:
+        from engine import Engine, Group
 
-    def __init__(self, socket: str, placement: str, host: bool, seed: int) -> None:
-        from engine import Engine
-
-        self.socket, self.placement, self.host, self.seed = socket, placement, host, seed
-        self.kind = "in place" if host else "device"
-        self.producer, self.consumer = (
-            Engine(
-                f"gpu-{role}-{placement}",
-                no_scheduler=True,
-                layers=LAYERS,
-                kv_heads=HEADS,
-                head_size=HEAD,
-                block_tokens=TOKENS,
-            )
-            for role in ("producer", "consumer")
+        groups = self.shape["groups"]
+        self.layer_bytes = int(groups[0]["layer_bytes"])
+        self.block_tokens = int(groups[0]["block_tokens"])
+        self.layers = len(groups[0]["layers"])
+        self.mla = groups[0]["kind"] == "mla"
+        component = {"full": "dense_kv", "window": "sliding_window_kv", "mla": "mla"}
+        self.engine = Engine(
+            f"gpu-{self.role}-{self.shape['name']}",
+            workers=int(self.shape["tensor"]),
+            model=f"gpu/{self.shape['name']}",
+            layers=self.layers,
+            # One head whose K and V halves make a layer's page: the bytes are what count.
+            kv_heads=1,
+            head_size=self.layer_bytes // (4 * self.block_tokens),
+            block_tokens=self.block_tokens,
+            groups=tuple(
+                Group(
+                    g["id"],
+                    component[g["kind"]],
+                    "window" if g["kind"] == "window" else "prefix",
+                    int(g["window"]),
+                )
+                for g in groups
+            ),
+            aliased=len(groups) > 1,
+            replicated=self.mla,
+            no_scheduler=True,
         )
+        assert self.engine.layer_bytes() == self.layer_bytes, "a layer's page in whole heads"
         self.hashes: list[bytes] = []
+        self.raw: list[torch.Tensor] = []
+        self.memories: list[Any] = []
+        self.sealed: list[Any] = []
 
-    def _kv(self) -> tuple[object, list[object]]:
-        """vLLM's allocation: one buffer, a `[block, page]` view per layer."""
+    @property
+    def kind(self) -> str:
+        return "in place" if self.host else "device"
+
+    def kv(self) -> tuple[torch.Tensor, dict[int, list[torch.Tensor]]]:
+        """vLLM's allocation: one buffer, a `[block, page]` view per layer, by group."""
         import orbitkv
         import torch
 
-        lb = self.producer.layer_bytes()
-        size = LAYERS * BLOCKS * lb
+        blocks = int(self.shape["blocks"])
+        size = int(self.shape["tensors"][0]["size"])
         if self.host:
-            pages = orbitkv.mapped.allocate(BLOCKS, LAYERS * lb).pages
+            pages = orbitkv.mapped.allocate(blocks, size // blocks).pages
             raw = torch.frombuffer(pages, dtype=torch.uint8)[:size]
         else:
             raw = torch.zeros(size, dtype=torch.uint8, device="cuda")
-        if self.placement == "LBNHC":
-            layers = list(raw.view(LAYERS, BLOCKS, lb).unbind(0))
-        else:
-            grid = raw.view(BLOCKS, LAYERS, lb)
-            layers = [grid[:, i] for i in range(LAYERS)]
-        return raw, layers
+        views = {}
+        for t in self.shape["tensors"]:
+            for i, name in enumerate(t["layers"]):
+                views[name] = raw.as_strided(
+                    (blocks, self.layer_bytes),
+                    (int(t["block_stride"]), 1),
+                    int(t["offset"]) + i * int(t["layer_stride"]),
+                )
+        return raw, {g["id"]: [views[n] for n in g["layers"]] for g in self.shape["groups"]}
 
-    def register(self) -> str | None:
+    def register(self) -> str:
+        """Every rank's memory, registered as the worker connector registers it."""
         from orbitkv.vllm.pages import page_memory
 
-        lb = self.producer.layer_bytes()
-        self.memories = []
-        self.sealed = []
-        for engine in (self.producer, self.consumer):
-            raw, layers = self._kv()
-            memory = page_memory({0: layers}, lb, BLOCKS)  # type: ignore[dict-item]
+        _, self.sealed = self.engine.seal(self.socket)
+        for rank in range(self.engine.workers):
+            raw, groups = self.kv()
+            memory = page_memory(groups, self.layer_bytes, int(self.shape["blocks"]))
             if memory.kind != self.kind:
                 raise AssertionError(f"registered as {memory.kind}")
-            _, sealed = engine.seal(self.socket)
-            memory.register(engine.worker_conn(0), sealed[0].token)
-            self.memories.append((raw, memory))
-            self.sealed.append(sealed[0])
-        return None
+            memory.register(self.engine.worker_conn(rank), self.sealed[rank].token)
+            self.raw.append(raw)
+            self.memories.append(memory)
+        return f"{self.engine.workers} rank(s), {len(self.shape['groups'])} group(s)"
+
+    def request(self) -> list[bytes]:
+        import orbitkv
+        from engine import tokens
+
+        bt = self.block_tokens
+        return list(orbitkv.vllm_block_hashes(tokens(self.seed, PUBLISHED * bt), bt))
+
+    def block(self, group: int, index: int, at: int = 0) -> int:
+        """The vLLM block of page `index` of `group` (each group its own blocks: they alias)."""
+        return at + group * PUBLISHED + index
+
+    def expected(self, h: bytes, group: int) -> torch.Tensor:
+        import torch
+        from engine import payload
+
+        data = payload(h, group, 0, self.layers * self.layer_bytes)
+        out = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(self.layers, -1)
+        return out if self.host else out.cuda()
+
+
+class Trial:
+    """The producer's side of a shape: registered, its pages published; then the consumer's
+    process."""
+
+    def __init__(self, side: Side) -> None:
+        self.side = side
+        self.name = side.shape["name"]
+
+    def checks(self) -> list[tuple[str, Callable[[], str | None]]]:
+        return [
+            (f"{self.name}: registered as {self.side.kind}", self.side.register),
+            (f"{self.name}: published after the step's event", self.publish),
+        ]
 
     def publish(self) -> str:
         import orbitkv
-        import torch
-        from engine import payload, tokens
         from orbitkv.vllm.pages import POOL, page_run
 
-        raw, memory = self.memories[0]
-        lb, bt = self.producer.layer_bytes(), TOKENS
-        self.hashes = orbitkv.vllm_block_hashes(tokens(self.seed, PUBLISHED * bt), bt)
+        side = self.side
+        memory = side.memories[0]
+        hashes = side.request()
+        bt = side.block_tokens
         pages = []
-        for i, h in enumerate(self.hashes):
-            data = torch.frombuffer(bytearray(payload(h, 0, 0, LAYERS * lb)), dtype=torch.uint8)
-            for layer, part in zip(memory.layers, data.view(LAYERS, lb), strict=True):
-                page_run(layer, i).copy_(part, non_blocking=True)
-            generation = memory.states.reuse(i)
-            parent = self.hashes[i - 1] if i else b""
-            pages.append((0, 0, h, parent, i * bt, (i + 1) * bt, POOL, i, generation))
+        for g in side.shape["groups"]:
+            group = int(g["id"])
+            for i, h in enumerate(hashes):
+                block = side.block(group, i)
+                for layer, part in zip(memory.groups[group], side.expected(h, group), strict=True):
+                    page_run(layer, block).copy_(part.view(page_run(layer, block).shape))
+                rank = orbitkv.RANK_REPLICATED if side.mla else 0
+                parent = hashes[i - 1] if i else b""
+                generation = memory.states.reuse(block)
+                pages.append(
+                    (group, rank, h, parent, i * bt, (i + 1) * bt, POOL, block, generation)
+                )
         fence = memory.fence()
         if fence is not None:
             fence.synchronize()
-        s = self.sealed[0]
-        conn = self.producer.worker_conn(0)
+        conn, s = side.engine.worker_conn(0), side.sealed[0]
         t0 = time.perf_counter()
         request = conn.submit_publish(s.token, s.epoch, pages)
         copied = conn.wait(request)
@@ -204,61 +281,109 @@ class Trial:
         assert isinstance(copied, orbitkv.Pages) and copied.all_ok, copied
         durable = conn.wait(request)
         assert isinstance(durable, orbitkv.Pages) and durable.all_ok, durable
-        baseline = copy_time(raw, to_device=False)
-        return f"{rate(raw, took)}; torch's copy {rate(raw, baseline)}: {baseline / took:.2f}x"
+        n = len(pages) * side.layers * side.layer_bytes
+        base = copy_time(side.raw[0], n, to_device=False)
+        return (
+            f"{n / took / 1e9:.2f} GB/s; torch's copy {n / base / 1e9:.2f} GB/s: {base / took:.2f}x"
+        )
 
-    def load(self) -> str:
-        import orbitkv
-        import torch
-        from orbitkv.vllm.pages import POOL, page_run
+    def consumer(self) -> list[bool]:
+        """The consumer's process: its lines relayed, each `PASS` or `FAIL` counted."""
+        cmd = [sys.executable, __file__, "--consume", self.name, "--socket", self.side.socket]
+        cmd += ["--seed", str(self.side.seed)] + (["--host"] if self.side.host else [])
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=CONSUMER_WAIT)
+            out, rc = done.stdout + done.stderr, done.returncode
+        except subprocess.TimeoutExpired as e:
+            before = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
+            out, rc = f"{before}timed out after {CONSUMER_WAIT:.0f} s\n", -1
+        results = []
+        for line in out.splitlines():
+            print(line, flush=True)
+            if line.startswith(("PASS ", "FAIL ")):
+                results.append(line.startswith("PASS "))
+        if rc != 0 and all(results):
+            print(f"FAIL {self.name}: the consumer's process exited {rc}", flush=True)
+            results.append(False)
+        return results
 
-        raw, memory = self.memories[1]
-        s = self.sealed[1]
-        conn = self.consumer.worker_conn(0)
-        end = PUBLISHED * TOKENS
-        leased = conn.acquire(s.token, s.epoch, 0, end, [(0, self.hashes)])
+
+def consume(args: argparse.Namespace) -> int:
+    """The consumer's process: registers tensors of its own, loads what the daemon proves, and
+    checks them on the device; then a stale generation."""
+    (shape,) = [s for s in shapes() if s["name"] == args.consume]
+    side = Side(shape, args.socket, args.host, args.seed, "consumer")
+    state: dict[str, Any] = {}
+    checks = [
+        (f"{side.shape['name']}: another process registered as {side.kind}", side.register),
+        (f"{side.shape['name']}: loaded back byte-exact", lambda: load(side, state)),
+        (f"{side.shape['name']}: a stale generation refused", lambda: stale(side, state)),
+    ]
+    results = [run(name, check) for name, check in checks]
+    side.engine.close()
+    return 0 if all(results) else 1
+
+
+def load(side: Side, state: dict[str, Any]) -> str:
+    import orbitkv
+    import torch
+    from orbitkv.vllm.pages import POOL, page_run
+
+    hashes = side.request()
+    end = len(hashes) * side.block_tokens
+    groups = [(int(g["id"]), hashes) for g in side.shape["groups"]]
+    loaded, took = 0, 0.0
+    for rank in range(side.engine.workers):
+        conn, s, memory = side.engine.worker_conn(rank), side.sealed[rank], side.memories[rank]
+        leased = conn.acquire(s.token, s.epoch, 0, end, groups)
         assert isinstance(leased, orbitkv.Leased) and leased.proof.boundary == end, leased
-        self.lease = leased.lease
-        pages = []
-        for load in leased.proof.loads:
-            for i in load.blocks:
-                block = LOADED_AT + i
-                pages.append((i, 0, 0, POOL, block, memory.states.reuse(block), 0, LAYERS))
+        state.setdefault("leases", []).append(leased.lease)
+        pages, placed = [], []
+        for pl in leased.proof.loads:
+            for i in pl.blocks:
+                block = side.block(pl.group, i, LOADED_AT)
+                generation = memory.states.reuse(block)
+                pages.append((i, pl.group, pl.rank, POOL, block, generation, 0, side.layers))
+                placed.append((pl.group, i, block))
         t0 = time.perf_counter()
-        statuses = conn.load(s.token, s.epoch, self.lease, pages)
-        took = time.perf_counter() - t0
+        statuses = conn.load(s.token, s.epoch, leased.lease, pages)
+        took += time.perf_counter() - t0
         assert statuses == ["ok"] * len(pages), statuses
-        src = self.memories[0][1]
-        for i in range(PUBLISHED):
-            for a, b in zip(src.layers, memory.layers, strict=True):
-                if not torch.equal(page_run(a, i), page_run(b, LOADED_AT + i)):
-                    raise AssertionError(f"block {i}: other bytes")
-        baseline = copy_time(raw, to_device=True)
-        return f"{rate(raw, took)}; torch's copy {rate(raw, baseline)}: {baseline / took:.2f}x"
-
-    def stale(self) -> str | None:
-        from orbitkv.vllm.pages import POOL
-
-        _, memory = self.memories[1]
-        s = self.sealed[1]
-        generation = memory.states.generation(LOADED_AT)
-        memory.states.reuse(LOADED_AT)
-        page = (0, 0, 0, POOL, LOADED_AT, generation, 0, LAYERS)
-        statuses = self.consumer.worker_conn(0).load(s.token, s.epoch, self.lease, [page])
-        assert statuses == ["stale_generation"], statuses
-        self.consumer.conns[0].release(s.token, self.lease)
-        self.producer.close()
-        self.consumer.close()
-        return None
+        for group, i, block in placed:
+            want = side.expected(hashes[i], group)
+            for layer, part in zip(memory.groups[group], want, strict=True):
+                if not torch.equal(page_run(layer, block).reshape(-1), part):
+                    raise AssertionError(f"rank {rank}, group {group}, block {i}: other bytes")
+        loaded += len(pages) * side.layers * side.layer_bytes
+    state["block"] = side.block(int(side.shape["groups"][0]["id"]), 0, LOADED_AT)
+    base = copy_time(side.raw[0], loaded // side.engine.workers, to_device=True)
+    per_rank = took / side.engine.workers
+    rate_ = loaded / side.engine.workers / per_rank / 1e9
+    return f"{rate_:.2f} GB/s; torch's copy {loaded / side.engine.workers / base / 1e9:.2f} GB/s"
 
 
-def copy_time(raw: object, to_device: bool) -> float:
-    """Seconds torch takes to copy `raw`'s published bytes between it and pinned memory (a
-    host copy when `raw` is host memory)."""
+def stale(side: Side, state: dict[str, Any]) -> None:
+    import orbitkv
+    from orbitkv.vllm.pages import POOL
+
+    memory, s = side.memories[0], side.sealed[0]
+    block = state["block"]
+    generation = memory.states.generation(block)
+    memory.states.reuse(block)
+    rank = orbitkv.RANK_REPLICATED if side.mla else 0
+    group = int(side.shape["groups"][0]["id"])
+    page = (0, group, rank, POOL, block, generation, 0, side.layers)
+    statuses = side.engine.worker_conn(0).load(s.token, s.epoch, state["leases"][0], [page])
+    assert statuses == ["stale_generation"], statuses
+    for rank, lease in enumerate(state["leases"]):
+        side.engine.worker_conn(rank).release(side.sealed[rank].token, lease)
+
+
+def copy_time(raw: torch.Tensor, n: int, to_device: bool) -> float:
+    """Seconds torch takes to copy `n` bytes of `raw` between it and pinned memory (a host copy
+    when `raw` is host memory): the best of three."""
     import torch
 
-    assert isinstance(raw, torch.Tensor)
-    n = PUBLISHED * raw.numel() // BLOCKS
     src = raw[:n]
     host = torch.empty(n, dtype=torch.uint8, pin_memory=raw.is_cuda)
     best = float("inf")
@@ -272,14 +397,6 @@ def copy_time(raw: object, to_device: bool) -> float:
             torch.cuda.synchronize()
         best = min(best, time.perf_counter() - t0)
     return best
-
-
-def rate(raw: object, seconds: float) -> str:
-    import torch
-
-    assert isinstance(raw, torch.Tensor)
-    n = PUBLISHED * raw.numel() // BLOCKS
-    return f"{n / seconds / 1e9:.2f} GB/s"
 
 
 if __name__ == "__main__":

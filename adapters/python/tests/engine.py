@@ -38,6 +38,8 @@ class Engine:
     # "page": each page's bytes together; "layer": layer-outermost with K and V apart (vLLM).
     placement: str = "page"
     aliased: bool = False
+    # One record for every rank (MLA's latent rows): published under the replicated rank.
+    replicated: bool = False
     attention_backend: str = "flash_attn"
     no_scheduler: bool = False
     seal_timeout_ms: int = 10_000
@@ -74,7 +76,7 @@ class Engine:
             engine="vllm",
             release="0.33.0",
             attention_backend=self.attention_backend,
-            rank=rank,
+            rank="replicated" if self.replicated else rank,
             tensor=self.workers,
         )
 
@@ -85,7 +87,7 @@ class Engine:
                 component=g.component,
                 block_tokens=self.block_tokens,
                 page_bytes=self.page_bytes(),
-                formats=[self.format(r) for r in range(self.workers)],
+                formats=[self.format(r) for r in range(1 if self.replicated else self.workers)],
             )
             for g in self.groups
         ]
