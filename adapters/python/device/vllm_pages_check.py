@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-# Blocks each group publishes from the start of a request, and where the consumer loads them.
+# Blocks each group publishes from the start of a request (at most; the groups share the
+# blocks), and where the consumer loads them.
 PUBLISHED, LOADED_AT = 64, 16
 # How long the consumer's process may take.
 CONSUMER_WAIT = 30.0
@@ -145,7 +146,13 @@ class Side:
         self.block_tokens = int(groups[0]["block_tokens"])
         self.layers = len(groups[0]["layers"])
         self.mla = groups[0]["kind"] == "mla"
-        component = {"full": "dense_kv", "window": "sliding_window_kv", "mla": "mla"}
+        component = {
+            "full": "dense_kv",
+            "window": "sliding_window_kv",
+            "mla": "mla",
+            "mamba": "ssm_state",
+        }
+        rule = {"window": "window", "mamba": "checkpoint"}
         self.engine = Engine(
             f"gpu-{self.role}-{self.shape['name']}",
             workers=int(self.shape["tensor"]),
@@ -159,8 +166,8 @@ class Side:
                 Group(
                     g["id"],
                     component[g["kind"]],
-                    "window" if g["kind"] == "window" else "prefix",
-                    int(g["window"]),
+                    rule.get(g["kind"], "prefix"),
+                    int(g["window"]) if g["kind"] == "window" else self.block_tokens,
                 )
                 for g in groups
             ),
@@ -190,11 +197,13 @@ class Side:
             raw = torch.frombuffer(pages, dtype=torch.uint8)[:size]
         else:
             raw = torch.zeros(size, dtype=torch.uint8, device="cuda")
+        # A layer's page is its state's bytes: a Mamba layer's fill its page in part.
+        width = {n: int(g["state_bytes"]) for g in self.shape["groups"] for n in g["layers"]}
         views = {}
         for t in self.shape["tensors"]:
             for i, name in enumerate(t["layers"]):
                 views[name] = raw.as_strided(
-                    (blocks, self.layer_bytes),
+                    (blocks, width[name]),
                     (int(t["block_stride"]), 1),
                     int(t["offset"]) + i * int(t["layer_stride"]),
                 )
@@ -220,17 +229,25 @@ class Side:
         from engine import tokens
 
         bt = self.block_tokens
-        return list(orbitkv.vllm_block_hashes(tokens(self.seed, PUBLISHED * bt), bt))
+        return list(orbitkv.vllm_block_hashes(tokens(self.seed, self.published * bt), bt))
+
+    @property
+    def published(self) -> int:
+        """Blocks each group publishes: the groups' blocks apart, and room to load them."""
+        return min(PUBLISHED, (int(self.shape["blocks"]) - LOADED_AT) // len(self.shape["groups"]))
 
     def block(self, group: int, index: int, at: int = 0) -> int:
         """The vLLM block of page `index` of `group` (each group its own blocks: they alias)."""
-        return at + group * PUBLISHED + index
+        ids = [int(g["id"]) for g in self.shape["groups"]]
+        return at + ids.index(group) * self.published + index
 
     def expected(self, h: bytes, group: int) -> torch.Tensor:
+        """What a page of `group` holds for block hash `h`, a row per layer."""
         import torch
         from engine import payload
 
-        data = payload(h, group, 0, self.layers * self.layer_bytes)
+        (width,) = [int(g["state_bytes"]) for g in self.shape["groups"] if g["id"] == group]
+        data = payload(h, group, 0, self.layers * width)
         out = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(self.layers, -1)
         return out if self.host else out.cuda()
 
@@ -348,6 +365,8 @@ def load(side: Side, state: dict[str, Any]) -> str:
         t0 = time.perf_counter()
         statuses = conn.load(s.token, s.epoch, leased.lease, pages)
         took += time.perf_counter() - t0
+        # Rank 0's first page, loaded again below with the generation it had.
+        state.setdefault("page", pages[0])
         assert statuses == ["ok"] * len(pages), statuses
         for group, i, block in placed:
             want = side.expected(hashes[i], group)
@@ -355,7 +374,6 @@ def load(side: Side, state: dict[str, Any]) -> str:
                 if not torch.equal(page_run(layer, block).reshape(-1), part):
                     raise AssertionError(f"rank {rank}, group {group}, block {i}: other bytes")
         loaded += len(pages) * side.layers * side.layer_bytes
-    state["block"] = side.block(int(side.shape["groups"][0]["id"]), 0, LOADED_AT)
     base = copy_time(side.raw[0], loaded // side.engine.workers, to_device=True)
     per_rank = took / side.engine.workers
     rate_ = loaded / side.engine.workers / per_rank / 1e9
@@ -363,16 +381,11 @@ def load(side: Side, state: dict[str, Any]) -> str:
 
 
 def stale(side: Side, state: dict[str, Any]) -> None:
-    import orbitkv
-    from orbitkv.vllm.pages import POOL
-
     memory, s = side.memories[0], side.sealed[0]
-    block = state["block"]
-    generation = memory.states.generation(block)
+    page = state["page"]
+    block = page[4]
+    # The page's generation before a reuse: a copy still holding it is stale.
     memory.states.reuse(block)
-    rank = orbitkv.RANK_REPLICATED if side.mla else 0
-    group = int(side.shape["groups"][0]["id"])
-    page = (0, group, rank, POOL, block, generation, 0, side.layers)
     statuses = side.engine.worker_conn(0).load(s.token, s.epoch, state["leases"][0], [page])
     assert statuses == ["stale_generation"], statuses
     for rank, lease in enumerate(state["leases"]):

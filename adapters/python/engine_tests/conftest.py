@@ -75,3 +75,39 @@ def mla_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         torch_dtype="bfloat16",
     ).save_pretrained(d)
     return d
+
+
+@pytest.fixture(scope="session")
+def mamba_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Granite 4 hybrid of 4 layers: Mamba 2 layers (8 heads of 32, state 8, conv 4) between
+    attention layers (2 KV heads of 128)."""
+    import json
+
+    d = tmp_path_factory.mktemp("tiny-granite-hybrid")
+    config = {
+        "architectures": ["GraniteMoeHybridForCausalLM"],
+        "model_type": "granitemoehybrid",
+        "vocab_size": 1024,
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "shared_intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 4096,
+        "num_local_experts": 0,
+        "num_experts_per_tok": 0,
+        "layer_types": ["mamba", "attention", "mamba", "attention"],
+        "mamba_n_heads": 8,
+        "mamba_d_head": 32,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 8,
+        "mamba_d_conv": 4,
+        "mamba_expand": 1,
+        "mamba_chunk_size": 16,
+        "torch_dtype": "bfloat16",
+        "position_embedding_type": "rope",
+        "tie_word_embeddings": True,
+    }
+    (d / "config.json").write_text(json.dumps(config))
+    return d

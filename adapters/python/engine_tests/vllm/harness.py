@@ -47,8 +47,9 @@ from vllm.v1.core.kv_cache_utils import (
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import (
-    AttentionSpec,
     FullAttentionSpec,
+    KVCacheSpec,
+    MambaSpec,
     MLAAttentionSpec,
     SlidingWindowSpec,
     create_kv_cache_views,
@@ -250,12 +251,29 @@ class Instance:
         )
         return cfg
 
-    def _spec(self, layer: int) -> AttentionSpec:
-        """Layer `layer`'s KV cache spec, as the model's attention layer would give it."""
+    def _spec(self, layer: int) -> KVCacheSpec:
+        """Layer `layer`'s KV cache spec, as the model's layer would give it: a Mamba layer's
+        from the model class, padded to the attention page (as vLLM's platform aligns them)."""
         cfg = self.config
         hf = cfg.model_config.hf_config
         block, dtype = cfg.cache_config.block_size, cfg.model_config.dtype
         kv_dtype = kv_cache_dtype_str_to_dtype(cfg.cache_config.cache_dtype, cfg.model_config)
+        # The layer types, Mamba layers named as the model's config names them.
+        types = [t in ("mamba", "linear_attention") for t in getattr(hf, "layer_types", None) or []]
+        if types and types[layer]:
+            from vllm.model_executor.models import ModelRegistry
+
+            model, _ = ModelRegistry.resolve_model_cls(
+                cfg.model_config.architecture, model_config=cfg.model_config
+            )
+            attention = self._spec(types.index(False))
+            return MambaSpec(
+                shapes=model.get_mamba_state_shape_from_config(cfg),
+                dtypes=model.get_mamba_state_dtype_from_config(cfg),
+                block_size=block,
+                page_size_padded=attention.page_size_bytes,
+                mamba_cache_mode=cfg.cache_config.mamba_cache_mode,
+            )
         if getattr(hf, "kv_lora_rank", None):
             return MLAAttentionSpec(
                 block_size=block,
@@ -266,7 +284,9 @@ class Instance:
             )
         heads = hf.num_key_value_heads // self.tp
         head = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
-        if self.window and layer % 2:
+        # With Mamba layers, every other attention layer is windowed.
+        attentions = [i for i, mamba in enumerate(types) if not mamba] or list(range(layer + 1))
+        if self.window and attentions.index(layer) % 2:
             return SlidingWindowSpec(
                 block_size=block,
                 num_kv_heads=heads,
@@ -464,8 +484,19 @@ class Instance:
             c = state[rid]
             groups = self.scheduler.kv_cache_manager.get_block_ids(rid)
             for group, blocks in enumerate(groups):
+                if self._mamba(group):
+                    # The state after the step's last token, in the block of that token.
+                    end = c + n
+                    i = -(-end // BLOCK) - 1
+                    whole = end % BLOCK == 0 and i < len(r.block_hashes)
+                    seed = bytes(r.block_hashes[i]) if whole else f"{rid}@{end}".encode()
+                    self._write(caches, group, blocks[i], seed)
+                    continue
                 for i in range(c // BLOCK, min((c + n) // BLOCK, len(r.block_hashes))):
                     self._write(caches, group, blocks[i], bytes(r.block_hashes[i]))
+
+    def _mamba(self, group: int) -> bool:
+        return isinstance(self.kv_cache_config.kv_cache_groups[group].kv_cache_spec, MambaSpec)
 
     def run(self, seconds: float = 30.0) -> None:
         """Steps until every request is finished and every block given back, as vLLM's engine

@@ -1,8 +1,8 @@
 """The KV cache shapes the GPU check allocates (`device/vllm_shapes.json`), computed here with
 vLLM's own planner: the GPU machine has no vLLM. A dense model (layers outermost, and blocks
-outermost), a hybrid (full attention beside sliding windows) and an MLA model, each with vLLM's
-groups, tensors and strides. The test fails when the planner's answer and the file differ;
-`ORBITKV_WRITE_SHAPES=1` rewrites the file."""
+outermost), a hybrid (full attention beside sliding windows), a Mamba hybrid and an MLA model,
+each with vLLM's groups, tensors and strides. The test fails when the planner's answer and the
+file differ; `ORBITKV_WRITE_SHAPES=1` rewrites the file."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from vllm.v1.core.kv_cache_planning import get_kv_cache_config_from_groups, get_
 from vllm.v1.kv_cache_interface import (
     AttentionSpec,
     FullAttentionSpec,
+    KVCacheSpec,
+    MambaSpec,
     MLAAttentionSpec,
     SlidingWindowSpec,
 )
@@ -42,6 +44,21 @@ def _hybrid() -> list[AttentionSpec]:
     return [window if i % 2 else full for i in range(24)]
 
 
+def _mamba() -> list[KVCacheSpec]:
+    """A Mamba 2 hybrid of 24 layers, one in four attention (8 KV heads of 128): each Mamba
+    layer's conv state (3 x 1024, bf16) and SSM state (8 heads of 64 x 16, fp32) padded to
+    the attention page, in `align` mode."""
+    full = FullAttentionSpec(block_size=BLOCK, num_kv_heads=8, head_size=128, dtype=torch.bfloat16)
+    mamba = MambaSpec(
+        block_size=BLOCK,
+        shapes=((3, 1024), (8, 64, 16)),
+        dtypes=(torch.bfloat16, torch.float32),
+        page_size_padded=full.page_size_bytes,
+        mamba_cache_mode="align",
+    )
+    return [full if i % 4 == 3 else mamba for i in range(24)]
+
+
 def _mla() -> list[AttentionSpec]:
     """A DeepSeek V2 Lite: 27 layers of one latent row of 512 and RoPE 64."""
     spec = MLAAttentionSpec(
@@ -59,6 +76,7 @@ MODELS = {
     "dense": (_dense, 1, "LBNHC"),
     "dense-blocks-outermost": (_dense, 1, "BLNHC"),
     "hybrid": (_hybrid, 1, "LBNHC"),
+    "mamba-hybrid": (_mamba, 1, "LBNHC"),
     "mla": (_mla, 2, "LBNHC"),
 }
 
@@ -77,8 +95,12 @@ def describe(model_dir: Path, name: str) -> dict[str, object]:
     groups = []
     for i, g in enumerate(kvc.kv_cache_groups):
         spec = g.kv_cache_spec
-        assert isinstance(spec, AttentionSpec)
-        kind = {FullAttentionSpec: "full", SlidingWindowSpec: "window", MLAAttentionSpec: "mla"}
+        kind = {
+            FullAttentionSpec: "full",
+            SlidingWindowSpec: "window",
+            MLAAttentionSpec: "mla",
+            MambaSpec: "mamba",
+        }
         groups.append(
             {
                 "id": i,
@@ -87,6 +109,10 @@ def describe(model_dir: Path, name: str) -> dict[str, object]:
                 "layers": list(g.layer_names),
                 "layer_bytes": spec.page_size_bytes,
                 "block_tokens": spec.block_size,
+                # A Mamba layer's states fill its page in part.
+                "state_bytes": spec.state_content_size_bytes
+                if isinstance(spec, MambaSpec)
+                else spec.page_size_bytes,
             }
         )
     return {

@@ -12,6 +12,7 @@ import pytest
 from daemon import Daemon
 from harness import BLOCK, Instance
 from orbitkv.vllm import worker
+from orbitkv.vllm.metadata import OrbitKVMetadata
 from vllm.v1.core.kv_cache_utils import KVCacheBlock
 
 # The odd layers attend over 32 tokens: a boundary needs the 2 blocks before it.
@@ -138,3 +139,23 @@ def test_a_failed_load_is_recomputed_from_the_start(
     finally:
         c.close()
         p.close()
+
+
+def test_a_block_handed_out_while_its_publish_copies_waits_for_the_copy(
+    daemon: Daemon, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window block leaves the window and vLLM hands it out again at once: before the step
+    that writes it runs, the worker waits for the publish still copying out of it."""
+    inst = Instance(model_dir, "hy-reuse", daemon.socket, window=WINDOW)
+    side = inst.worker.worker
+    waits: list[float] = []
+    monkeypatch.setattr(side, "_poll", lambda timeout=0.0: waits.append(timeout))
+    try:
+        side.in_flight.append(worker.Published(request_id=1, requests={"r"}, blocks=[7, 8]))
+        side.preempted(OrbitKVMetadata(allocated={3, 4}))
+        assert waits == [], "no block of a publish in flight handed out"
+        side.preempted(OrbitKVMetadata(allocated={8}))
+        assert waits == [worker.COPIED_WAIT]
+    finally:
+        side.in_flight.clear()
+        inst.close()

@@ -153,8 +153,8 @@ def test_kv_quantization_with_scales_of_its_own_is_refused() -> None:
     ],
 )
 def test_a_group_kind_not_mapped_names_itself(config: KVCacheConfig, named: str) -> None:
-    """Chunked-local, sink, cross-attention, Mamba, DSA indexer and draft groups are refused at
-    start-up by name, never treated as attention KV."""
+    """Chunked-local, sink, cross-attention, Mamba outside `align` mode, DSA indexer and draft
+    groups are refused at start-up by name, never treated as attention KV."""
     with pytest.raises(StartupRefused, match=named) as e:
         kv_groups(config, "LBNHC")
     assert "\n" not in str(e.value)

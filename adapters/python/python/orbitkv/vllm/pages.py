@@ -60,9 +60,9 @@ def placement(
     layers = [x for group in groups.values() for x in group]
     if not layers:
         return None
-    sizes = {x.element_size() for x in layers}
+    # Strides in bytes: a Mamba layer's view is bytes, an attention layer's its dtype.
     strides = {x.stride(0) * x.element_size() for x in layers}
-    if len(sizes) != 1 or len(strides) != 1 or not all(_one_run(x, layer_bytes) for x in layers):
+    if len(strides) != 1 or not all(_one_run(x, layer_bytes) for x in layers):
         return None
     page_stride = strides.pop()
     geometries, origins, layer_strides = [], set(), set()
@@ -105,9 +105,11 @@ def placement(
 
 
 def _one_run(layer: torch.Tensor, layer_bytes: int) -> bool:
+    """A block's page of `layer` is one run of at most `layer_bytes` (a Mamba layer's states
+    fill its page only in part)."""
     x = layer[0]
     order = sorted(range(x.dim()), key=lambda d: -x.stride(d))
-    return bool(x.permute(order).is_contiguous()) and x.numel() * x.element_size() == layer_bytes
+    return bool(x.permute(order).is_contiguous()) and x.numel() * x.element_size() <= layer_bytes
 
 
 def page_run(layer: torch.Tensor, block: int) -> torch.Tensor:
@@ -192,12 +194,13 @@ class StagedMemory(PageMemory):
 
         for i, layer in enumerate(self.groups[group]):
             src = page_run(layer, block).contiguous().view(torch.uint8).reshape(-1)
-            self._pages[block, i].copy_(src)
+            self._pages[block, i, : src.numel()].copy_(src)
 
     def after_load(self, group: int, block: int) -> None:
         for i, layer in enumerate(self.groups[group]):
             dst = page_run(layer, block)
-            dst.copy_(self._pages[block, i].view(layer.dtype).view(dst.shape))
+            run = self._pages[block, i, : dst.numel() * dst.element_size()]
+            dst.copy_(run.view(layer.dtype).view(dst.shape))
 
 
 class InPlaceMemory(PageMemory):

@@ -249,34 +249,56 @@ class SchedulerSide:
         for rid, n in zip(cached.req_ids, cached.num_computed_tokens, strict=False):
             computed[rid] = n
         state = scheduler_output.kv_connector_block_state
+        # Pages: each attention group's blocks the step fills, by their place in the request.
+        positional = [g for g in self.groups if g.kind != "mamba"]
         for rid, scheduled in scheduler_output.num_scheduled_tokens.items():
-            request = self.requests.get(rid)
-            if request is None or getattr(request, "lora_request", None) is not None:
-                continue
+            request = self._publishable(rid)
             c = computed.get(rid)
             ids = state.get_block_ids(rid) if state is not None else None
-            if c is None or not ids:
+            if request is None or c is None or not ids:
                 continue
-            hashes = request.block_hashes
-            for i in range(c // bs, min((c + scheduled) // bs, len(hashes))):
-                for g in self.groups:
+            for i in range(c // bs, min((c + scheduled) // bs, len(request.block_hashes))):
+                for g in positional:
                     group = ids[g.group]
-                    if i >= len(group) or not group[i]:
-                        continue
-                    meta.publishes.append(
-                        PublishSpec(
-                            request=rid,
-                            group=g.group,
-                            block=group[i],
-                            hash=bytes(hashes[i]),
-                            parent=bytes(hashes[i - 1]) if i > 0 else b"",
-                            start=i * bs,
-                            end=(i + 1) * bs,
-                        )
-                    )
-                    self.publishing.add(rid)
-                    self.stats.add("published_blocks", 1)
+                    if i < len(group) and group[i]:
+                        self._publish(meta, request, g.group, group[i], i)
+        # Mamba states: the exact blocks vLLM offers, each holding the state at a block's end
+        # once this step has run (never resolved by place: the worker's table keeps stale ids).
+        offers = state.boundary_state_offloads if state is not None else {}
+        for rid, entries in offers.items():
+            request = self._publishable(rid)
+            if request is None:
+                continue
+            for group, block, boundary in entries:
+                i = boundary // bs - 1
+                if boundary % bs == 0 and 0 <= i < len(request.block_hashes) and block:
+                    self._publish(meta, request, group, block, i)
         return meta
+
+    def _publishable(self, rid: str) -> Request | None:
+        request = self.requests.get(rid)
+        if request is None or getattr(request, "lora_request", None) is not None:
+            return None
+        return request
+
+    def _publish(
+        self, meta: OrbitKVMetadata, request: Request, group: int, block: int, i: int
+    ) -> None:
+        """Publishes block `block` of `group` as the record of the request's block `i`."""
+        hashes, bs = request.block_hashes, self.block
+        meta.publishes.append(
+            PublishSpec(
+                request=request.request_id,
+                group=group,
+                block=block,
+                hash=bytes(hashes[i]),
+                parent=bytes(hashes[i - 1]) if i > 0 else b"",
+                start=i * bs,
+                end=(i + 1) * bs,
+            )
+        )
+        self.publishing.add(request.request_id)
+        self.stats.add("published_blocks", 1)
 
     def load_failed(self, requests: set[str]) -> None:
         """The workers failed these requests' asynchronous loads: they are recomputed."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -16,7 +17,12 @@ from orbitkv.refusals import StartupRefused, refuse
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+        MambaSpec,
+    )
 
 # Bytes per element of each KV dtype vLLM names.
 _ELEMENT_BYTES = {
@@ -188,10 +194,16 @@ class PageShape:
     order: str  # "NHD" or "HND"
     group: int = 0
     # "full" (attention over the whole prefix), "mla" (one latent row per token, the same on
-    # every TP rank) or "window" (attention over the last `window` tokens).
+    # every TP rank), "window" (attention over the last `window` tokens) or "mamba" (a
+    # recurrent state per block boundary, in `mamba_cache_mode="align"`).
     kind: str = "full"
     window: int = 0
     layer_names: tuple[str, ...] = ()
+    # A Mamba page: its states' bytes (conv, then SSM, packed) and the page they are padded
+    # to (the attention page), and the states' shapes and dtypes.
+    state_bytes: int = 0
+    padded_bytes: int = 0
+    states: str = ""
 
     @property
     def element(self) -> int:
@@ -203,25 +215,48 @@ class PageShape:
 
     @property
     def layer_bytes(self) -> int:
+        """A layer's page: its heads' elements, or a Mamba page with its padding."""
+        if self.kind == "mamba":
+            return self.padded_bytes
         return self.block_size * self.kv_heads * (self.head_size + self.head_size_v) * self.element
 
     @property
     def component(self) -> str:
-        return {"full": "dense_kv", "mla": "mla", "window": "sliding_window_kv"}[self.kind]
+        kinds = {"full": "dense_kv", "mla": "mla", "window": "sliding_window_kv"}
+        return kinds.get(self.kind, "ssm_state")
 
     @property
     def rule(self) -> tuple[str, int]:
         """The group's recovery rule. vLLM resumes a window group with the blocks covering the
-        last W - 1 tokens before the boundary, which is the daemon's `window(W)`."""
-        return ("window", self.window) if self.kind == "window" else ("prefix", 0)
+        last W - 1 tokens before the boundary, which is the daemon's `window(W)`; a Mamba group
+        from the state at exactly the boundary, a block's end."""
+        if self.kind == "window":
+            return ("window", self.window)
+        if self.kind == "mamba":
+            return ("checkpoint", self.block_size)
+        return ("prefix", 0)
 
 
 def _group_kind(spec: object) -> str | None:
     """The kind of a group's spec, by exact class (a subclass may change the bytes)."""
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec, SlidingWindowSpec
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        MambaSpec,
+        MLAAttentionSpec,
+        SlidingWindowSpec,
+    )
 
-    kind = {FullAttentionSpec: "full", MLAAttentionSpec: "mla", SlidingWindowSpec: "window"}
+    kind = {
+        FullAttentionSpec: "full",
+        MLAAttentionSpec: "mla",
+        SlidingWindowSpec: "window",
+        MambaSpec: "mamba",
+    }
     return kind.get(type(spec))  # type: ignore[call-overload]
+
+
+# The kinds of groups mapped beside full attention (MLA is mapped alone).
+_BESIDE_FULL = {"window", "mamba"}
 
 
 def kv_groups(
@@ -242,12 +277,12 @@ def kv_groups(
         _group_shape(i, g, _PAGE_ORDER[name]) for i, g in enumerate(kv_cache_config.kv_cache_groups)
     )
     kinds = sorted({s.kind for s in shapes})
-    if kinds not in (["full"], ["mla"], ["full", "window"]) or (
-        kinds == ["mla"] and len(shapes) > 1
-    ):
+    alone = kinds == ["full"] or (kinds == ["mla"] and len(shapes) == 1)
+    if not alone and not ("full" in kinds and set(kinds) - {"full"} <= _BESIDE_FULL):
         raise _refuse(
             f"KV cache groups of kinds {kinds} together are not mapped yet",
-            "use a dense, MLA, or full-and-sliding-window model, or run without the connector",
+            "use a dense or MLA model, or full attention beside sliding windows or Mamba "
+            "layers, or run without the connector",
         )
     if pipeline > 1 and kinds != ["full"]:
         raise _refuse(
@@ -269,11 +304,13 @@ def _group_shape(index: int, group: KVCacheGroupSpec, order: str) -> PageShape:
     kind = _group_kind(spec)
     what = f"KV cache group {index} ({type(spec).__name__}, layers {group.layer_names[:2]}...)"
     if kind is None:
-        raise _refuse(f"{what} is not attention KV OrbitKV can restore", _NO_CONNECTOR)
+        raise _refuse(f"{what} is not a state OrbitKV can restore", _NO_CONNECTOR)
     if group.is_eagle_group:
         raise _refuse(f"{what} holds a speculative draft model's layers", _NO_DRAFT)
     if group.host_resident or not group.enable_kv_transfer or str(group.role.value) != "default":
         raise _refuse(f"{what} is not transferable device KV", _NO_CONNECTOR)
+    if kind == "mamba":
+        return _mamba_shape(index, group, order, what)
     full = cast("FullAttentionSpec", spec)
     if kind != "window" and (full.sliding_window is not None or full.attention_chunk_size):
         raise _refuse(
@@ -323,6 +360,48 @@ def _group_shape(index: int, group: KVCacheGroupSpec, order: str) -> PageShape:
     return shape
 
 
+def _mamba_shape(index: int, group: KVCacheGroupSpec, order: str, what: str) -> PageShape:
+    """A Mamba group in `align` mode: each block boundary's state in its own block, one page
+    per layer (the conv and SSM states packed, padded to the attention page)."""
+    spec = cast("MambaSpec", group.kv_cache_spec)
+    if spec.mamba_cache_mode != "align":
+        raise _refuse(
+            f"{what} keeps its state in cache mode {spec.mamba_cache_mode!r}, not at block "
+            "boundaries",
+            "enable prefix caching (vLLM then uses mamba_cache_mode 'align')",
+        )
+    if spec.num_speculative_blocks or spec.num_prefill_checkpoint_blocks:
+        raise _refuse(
+            f"{what} keeps speculative or prefill-checkpoint state blocks, not mapped yet",
+            _NO_DRAFT,
+        )
+    if spec.tp_replicated:
+        raise _refuse(f"{what} is replicated across TP ranks, not mapped yet", _NO_CONNECTOR)
+    content = sum(
+        math.prod(shape) * _ELEMENT_BYTES.get(_dtype_name(dtype), 0)
+        for shape, dtype in zip(spec.shapes, spec.dtypes, strict=True)
+    )
+    if content != spec.state_content_size_bytes or content > spec.page_size_bytes:
+        raise _refuse(f"{what} holds a state dtype not mapped yet", _NO_CONNECTOR)
+    return PageShape(
+        block_size=int(spec.block_size),
+        kv_heads=1,
+        head_size=content,
+        head_size_v=0,
+        kv_dtype="uint8",
+        order=order,
+        group=index,
+        kind="mamba",
+        layer_names=tuple(group.layer_names),
+        state_bytes=content,
+        padded_bytes=int(spec.page_size_bytes),
+        states=";".join(
+            f"{'x'.join(map(str, shape))}:{_dtype_name(dtype)}"
+            for shape, dtype in zip(spec.shapes, spec.dtypes, strict=True)
+        ),
+    )
+
+
 _NO_CONNECTOR = "run this model without the connector"
 _NO_DRAFT = "run without speculative decoding, or without the connector"
 
@@ -347,7 +426,11 @@ def state_format(
     e, n, h = shape.element, shape.block_size, shape.kv_heads
     layers = group_layers(s, shape, rank)
     axes: list[tuple[Any, int, int]] = [("layer", layers, shape.layer_bytes)]
-    if shape.kind == "mla":
+    if shape.kind == "mamba":
+        # A layer's page as bytes: its states packed (`states` says their shapes and dtypes),
+        # then the padding.
+        axes += [("state", shape.layer_bytes, 1)]
+    elif shape.kind == "mla":
         axes += [("token", n, shape.head_size * e), ("head_dim", shape.head_size, e)]
     else:
         row = (shape.head_size + shape.head_size_v) * e
@@ -356,7 +439,7 @@ def state_format(
         axes += inner if shape.order == "NHD" else inner[::-1]
         axes += [("kv_split", 2, shape.head_size * e), ("head_dim", shape.head_size, e)]
     return orbitkv.StateFormat(
-        dtype=s.dtype,
+        dtype=shape.states or s.dtype,
         kv_quant=s.kv_cache_dtype,
         block_tokens=shape.block_size,
         layers=layers,
