@@ -218,6 +218,8 @@ class Instance:
         self.freed: list[str] = []
         # The worker's stats as each step's KVConnectorOutput carried them.
         self.reported: list[dict[str, int]] = []
+        # The `kv_transfer_params` each finished request's output carried.
+        self.transfer_params: dict[str, dict[str, object]] = {}
         if self.beside is not None:
             # The first step's worker metadata carries the attention backend: the scheduler
             # side registers then.
@@ -332,18 +334,34 @@ class Instance:
         pages = self.kv_cache_config.num_blocks
         return orbitkv.mapped.allocate(pages, size // pages).pages
 
-    def new_request(self, rid: str, prompt: list[int], max_tokens: int = 2) -> Request:
-        """A request with its block hashes, not yet added."""
+    def new_request(
+        self,
+        rid: str,
+        prompt: list[int],
+        max_tokens: int = 2,
+        transfer: dict[str, object] | None = None,
+    ) -> Request:
+        """A request with its block hashes, not yet added; `transfer`: its
+        `kv_transfer_params` (a prefill/decode connector's)."""
+        extra = {"kv_transfer_params": transfer} if transfer is not None else None
         return Request(
             request_id=rid,
             prompt_token_ids=prompt,
-            sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+            sampling_params=SamplingParams(
+                max_tokens=max_tokens, ignore_eos=True, extra_args=extra
+            ),
             pooling_params=None,
             block_hasher=self.hasher,
         )
 
-    def request(self, rid: str, prompt: list[int], max_tokens: int = 2) -> Request:
-        r = self.new_request(rid, prompt, max_tokens)
+    def request(
+        self,
+        rid: str,
+        prompt: list[int],
+        max_tokens: int = 2,
+        transfer: dict[str, object] | None = None,
+    ) -> Request:
+        r = self.new_request(rid, prompt, max_tokens, transfer)
         self.scheduler.add_request(r)
         return r
 
@@ -471,7 +489,10 @@ class Instance:
                 kv_out.kv_connector_stats = MultiKVConnectorStats(
                     data={type(self.workers[0]).__name__: kv_out.kv_connector_stats}
                 )
-        self.scheduler.update_from_output(so, out)
+        for outputs in self.scheduler.update_from_output(so, out).values():
+            for o in outputs.outputs:
+                if o.kv_transfer_params is not None:
+                    self.transfer_params[o.request_id] = o.kv_transfer_params
         return so
 
     def _forward(self, so: SchedulerOutput, caches: dict[str, torch.Tensor]) -> None:

@@ -39,3 +39,36 @@ def test_the_orbitkv_member_answers_as_it_does_alone(
     finally:
         for inst in (composed, alone, writer):
             inst.close()
+
+
+def test_a_prefix_loaded_on_the_prefill_side_goes_to_decode(
+    daemon: Daemon, model_dir: Path
+) -> None:
+    """Prefill/decode: on the prefill side (Nixl the producer), a request to be decoded
+    elsewhere starts from the prefix OrbitKV loads, and the blocks Nixl hands to the decode side
+    are the request's own, the loaded prefix in them."""
+    nixl: dict[str, object] = {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}
+    writer = Instance(model_dir, "pd-w", daemon.socket)
+    prefill = Instance(model_dir, "pd-prefill", daemon.socket, beside=nixl)
+    try:
+        assert writer.start_of("w", prompt(10)) == 0
+        assert writer.worker.worker.wait_durable(10.0)
+        r = prefill.request("pd", prompt(10), max_tokens=1, transfer={"do_remote_decode": True})
+        start, blocks = None, []
+        for _ in range(50):
+            so = prefill.step()
+            for new in so.scheduled_new_reqs:
+                if new.req_id == "pd":
+                    start = new.num_computed_tokens
+                    blocks = prefill.scheduler.kv_cache_manager.get_block_ids("pd")[0]
+            if "pd" in prefill.transfer_params:
+                break
+        assert start == 5 * BLOCK, "OrbitKV's prefix"
+        params = prefill.transfer_params["pd"]
+        assert params["do_remote_prefill"] is True
+        assert list(params["remote_block_ids"]) == [blocks]  # type: ignore[call-overload]
+        loaded = [prefill.page(b) for b in blocks[:5]]
+        assert loaded == [prefill.expected(bytes(h)) for h in r.block_hashes[:5]]
+    finally:
+        prefill.close()
+        writer.close()
