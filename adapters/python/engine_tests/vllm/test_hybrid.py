@@ -6,14 +6,13 @@ one vLLM's own hybrid coordinator accepts for the same records."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from daemon import Daemon
 from harness import BLOCK, Instance
+from judge import proves_as_vllm, published
 from orbitkv.vllm import worker
 from orbitkv.vllm.metadata import OrbitKVMetadata
-from vllm.v1.core.kv_cache_utils import KVCacheBlock
 
 # The odd layers attend over 32 tokens: a boundary needs the 2 blocks before it.
 WINDOW = 32
@@ -23,44 +22,6 @@ CHUNKED: dict[str, object] = {"max_num_batched_tokens": 4 * BLOCK}
 
 def prompt(k: int, blocks: int = 8) -> list[int]:
     return [(i * 73 + 29 + k * 211) % 1000 for i in range(blocks * BLOCK)] + [3]
-
-
-def hit_by_vllm(inst: Instance, records: set[tuple[int, bytes]], tokens: list[int]) -> int:
-    """The tokens vLLM's hybrid coordinator accepts for `tokens` when its cache holds exactly
-    `records` (group, block hash)."""
-    coordinator = inst.scheduler.kv_cache_manager.coordinator
-    request = inst.new_request("judge", tokens)
-
-    def cached(block_hash: bytes, groups: list[int]) -> list[KVCacheBlock] | None:
-        if all((g, bytes(block_hash)) in records for g in groups):
-            return [KVCacheBlock(block_id=1) for _ in groups]
-        return None
-
-    real = coordinator.block_pool.get_cached_block
-    coordinator.block_pool.get_cached_block = cached
-    try:
-        _, hit, _ = coordinator.find_longest_cache_hit(request.block_hashes, request.num_tokens - 1)
-    finally:
-        coordinator.block_pool.get_cached_block = real
-    return int(hit)
-
-
-def published(
-    monkeypatch: pytest.MonkeyPatch, drop: set[tuple[int, int]]
-) -> set[tuple[int, bytes]]:
-    """The (group, hash) of every page the workers publish from now on, leaving out the pages
-    whose (group, block index) is in `drop` (a record the daemon never got)."""
-    records: set[tuple[int, bytes]] = set()
-    real = worker.WorkerSide._submit
-
-    def submit(self: worker.WorkerSide, pages: list[Any], requests: set[str]) -> None:
-        kept = [p for p in pages if (p[0], p[4] // BLOCK) not in drop]
-        records.update((p[0], p[2]) for p in kept)
-        if kept:
-            real(self, kept, requests)
-
-    monkeypatch.setattr(worker.WorkerSide, "_submit", submit)
-    return records
 
 
 def test_groups_come_from_vllms_planner(daemon: Daemon, model_dir: Path) -> None:
@@ -112,10 +73,7 @@ def test_the_boundary_is_the_one_vllms_coordinator_accepts(
         p = Instance(model_dir, f"hy-judge-w{k}", daemon.socket, window=WINDOW, args=CHUNKED)
         c = Instance(model_dir, f"hy-judge-r{k}", daemon.socket, window=WINDOW)
         try:
-            assert p.start_of("w", prompt(k)) == 0
-            assert p.worker.worker.wait_durable(10.0)
-            assert hit_by_vllm(c, records, prompt(k)) == expect * BLOCK
-            assert c.start_of("r", prompt(k)) == expect * BLOCK
+            proves_as_vllm(p, c, prompt(k), records, expect)
         finally:
             c.close()
             p.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from daemon import Daemon
 from harness import BLOCK, Instance
-from test_hybrid import hit_by_vllm, published
+from judge import hit_by_vllm, proves_as_vllm, published
 
 # Two blocks a step: Mamba states at the end of each step's chunk.
 CHUNKED: dict[str, object] = {"max_num_batched_tokens": 2 * BLOCK}
@@ -87,10 +87,7 @@ def test_the_boundary_is_the_one_vllms_coordinator_accepts(
     p = Instance(mamba_model_dir, f"{name}-w", daemon.socket, args=args)
     c = Instance(mamba_model_dir, f"{name}-r", daemon.socket, args=CHUNKED)
     try:
-        assert p.start_of("w", prompt(k)) == 0
-        assert p.worker.worker.wait_durable(10.0)
-        assert hit_by_vllm(c, records, prompt(k)) == expect * BLOCK
-        assert c.start_of("r", prompt(k)) == expect * BLOCK
+        proves_as_vllm(p, c, prompt(k), records, expect)
     finally:
         c.close()
         p.close()
