@@ -36,6 +36,8 @@ pub enum BenchCommand {
     TraceGen(crate::cmd::tracegen::TraceGenArgs),
     /// Print how traces reuse their blocks (reuses, reuse distance, shared prefixes).
     TraceStats(crate::cmd::tracegen::TraceStatsArgs),
+    /// Every reclaim policy on every workload shape and capacity, against LRU and MIN.
+    Matrix(crate::cmd::matrix::MatrixArgs),
 }
 
 /// When `bench write` syncs.
@@ -148,6 +150,7 @@ pub fn run(cmd: &BenchCommand, out: &Output) -> Result<(), Failure> {
         BenchCommand::Replay(a) => crate::cmd::replay::run(a, out),
         BenchCommand::TraceGen(a) => crate::cmd::tracegen::generate_trace(a, out),
         BenchCommand::TraceStats(a) => crate::cmd::tracegen::print_stats(a, out),
+        BenchCommand::Matrix(a) => crate::cmd::matrix::run(a, out),
     }
 }
 

@@ -8,6 +8,7 @@ pub mod engine_sim;
 pub mod hash;
 pub mod identity;
 pub mod loadgen;
+pub mod matrix;
 pub mod replay;
 pub mod serve;
 pub mod store;

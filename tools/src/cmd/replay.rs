@@ -63,25 +63,53 @@ pub struct ReplayArgs {
     compare: bool,
 }
 
+/// The budgets a replay runs under.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Budget {
+    /// The DRAM tier's bytes (0: none).
+    pub dram_bytes: u64,
+    /// The SSD tier's bytes.
+    pub ssd_bytes: u64,
+    /// Payload bytes per block.
+    pub block_bytes: u64,
+}
+
+impl Budget {
+    /// An SSD tier that holds `blocks` blocks of `block_bytes`, and no DRAM tier.
+    pub(crate) fn ssd_blocks(blocks: u64, block_bytes: u64) -> Self {
+        Self {
+            dram_bytes: 0,
+            ssd_bytes: blocks * (block_bytes + RECORD_OVERHEAD),
+            block_bytes,
+        }
+    }
+
+    /// The blocks the SSD budget holds, for the simulated references.
+    pub(crate) fn capacity(&self) -> usize {
+        usize::try_from(self.ssd_bytes / (self.block_bytes.max(1) + RECORD_OVERHEAD))
+            .unwrap_or(usize::MAX)
+    }
+}
+
 /// What one replay measured.
 #[derive(Debug, Clone)]
-struct Outcome {
-    policy: String,
+pub(crate) struct Outcome {
+    pub policy: String,
     simulated: bool,
     requests: u64,
-    block_refs: u64,
-    hits: u64,
+    pub block_refs: u64,
+    pub hits: u64,
     dram_hits: u64,
-    bytes_written: u64,
+    pub bytes_written: u64,
     bytes_read: u64,
     seconds: f64,
     reinserted: u64,
     evicted: u64,
-    mismatched: u64,
+    pub mismatched: u64,
 }
 
 impl Outcome {
-    fn hit_ratio(&self) -> f64 {
+    pub(crate) fn hit_ratio(&self) -> f64 {
         if self.block_refs == 0 {
             0.0
         } else {
@@ -150,9 +178,9 @@ fn bar(total: u64, label: &str) -> ProgressBar {
 }
 
 /// Replays `trace` against a fresh store in `dir`.
-fn replay_store(
+pub(crate) fn replay_store(
     trace: &[Vec<u64>],
-    a: &ReplayArgs,
+    a: Budget,
     policy: Policy,
     dir: &Path,
 ) -> Result<Outcome, Failure> {
@@ -338,7 +366,7 @@ fn simulate_min(trace: &[Vec<u64>], capacity: usize) -> u64 {
     hits
 }
 
-fn simulated(trace: &[Vec<u64>], name: &str, capacity: usize) -> Outcome {
+pub(crate) fn simulated(trace: &[Vec<u64>], name: &str, capacity: usize) -> Outcome {
     let start = Instant::now();
     let hits = if name == "min" {
         simulate_min(trace, capacity)
@@ -384,8 +412,12 @@ pub fn run(a: &ReplayArgs, out: &Output) -> Result<(), Failure> {
         .into_iter()
         .map(|r| r.hash_ids)
         .collect();
-    let capacity = usize::try_from(a.ssd_bytes / (a.block_bytes.max(1) + RECORD_OVERHEAD))
-        .unwrap_or(usize::MAX);
+    let budget = Budget {
+        dram_bytes: a.dram_bytes,
+        ssd_bytes: a.ssd_bytes,
+        block_bytes: a.block_bytes,
+    };
+    let capacity = budget.capacity();
     let outcomes = if a.compare {
         let mut v = vec![
             simulated(&trace, "lru", capacity),
@@ -399,7 +431,7 @@ pub fn run(a: &ReplayArgs, out: &Output) -> Result<(), Failure> {
                     dir.display()
                 )));
             }
-            let o = replay_store(&trace, a, policy, &dir);
+            let o = replay_store(&trace, budget, policy, &dir);
             let _ = std::fs::remove_dir_all(&dir);
             v.push(o?);
         }
@@ -407,7 +439,7 @@ pub fn run(a: &ReplayArgs, out: &Output) -> Result<(), Failure> {
     } else {
         match parse_policy(&a.policy)? {
             None => vec![simulated(&trace, &a.policy, capacity)],
-            Some(p) => vec![replay_store(&trace, a, p, &a.data_dir)?],
+            Some(p) => vec![replay_store(&trace, budget, p, &a.data_dir)?],
         }
     };
     let mismatched: u64 = outcomes.iter().map(|o| o.mismatched).sum();
