@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use orbitkv_store::Policy;
 use serde_json::{Value, json};
 
@@ -255,10 +256,21 @@ pub fn run(a: &MatrixArgs, out: &Output) -> Result<(), Failure> {
     if a.capacities.iter().any(|p| *p == 0 || *p > 100) {
         return Err(Failure::refused("--capacities: percents from 1 to 100"));
     }
+    let workloads = workloads(a)?;
+    // Each replay draws its own bar; this line counts the traces done.
+    let progress =
+        ProgressBar::with_draw_target(Some(workloads.len() as u64), ProgressDrawTarget::stderr());
+    progress.set_style(
+        ProgressStyle::with_template("matrix {pos}/{len} traces {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
     let mut all = Vec::new();
-    for w in workloads(a)? {
-        all.extend(cells(&w, a)?);
+    for w in &workloads {
+        progress.set_message(w.name.clone());
+        all.extend(cells(w, a)?);
+        progress.inc(1);
     }
+    progress.finish_and_clear();
     let mismatched: u64 = all
         .iter()
         .flat_map(|c| &c.policies)
