@@ -55,7 +55,7 @@ from vllm.v1.kv_cache_interface import (
     create_kv_cache_views,
 )
 from vllm.v1.kv_cache_layout import KVCacheLayout
-from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 from vllm.v1.worker.kv_connector_model_runner_mixin import KVConnectorModelRunnerMixin
@@ -165,6 +165,9 @@ class Instance:
     # metadata (what the `MultiConnector` worker does); no handshake reaches OrbitKV's
     # scheduler side, as when the other connector's comes first.
     beside: dict[str, object] | None = None
+    # The model runner whose order of the connector's calls the steps follow: "v1" or "v2"
+    # (vLLM's default on CUDA: a step's new blocks are zeroed before `handle_preemptions`).
+    runner: str = "v1"
 
     def __post_init__(self) -> None:
         transfer = kv_transfer(self.socket, engine_id=self.engine_id, **self.extra)
@@ -449,7 +452,14 @@ class Instance:
     def step(self) -> SchedulerOutput:
         """One scheduler step, its worker side, and the model's (faked) output."""
         so = self.scheduler.schedule()
-        req_ids = list(so.num_scheduled_tokens)
+        self.update(so, self.run_workers(so))
+        return so
+
+    def run_workers(self, so: SchedulerOutput) -> KVConnectorOutput:
+        """Step `so` on the workers, as vLLM's model runner orders the connector's calls:
+        the new blocks zeroed (Mamba models) after `handle_preemptions` (model runner V1) or
+        before it (V2, `runner="v2"`); rank 0's output stands for all (the harness has no
+        executor to aggregate them)."""
         outputs = []
         mine = so
         if isinstance(so.kv_connector_metadata, MultiKVConnectorMetadata):
@@ -459,12 +469,19 @@ class Instance:
         for rank in self.stepping if self.stepping is not None else range(len(self.workers)):
             kv_transfer_state._KV_CONNECTOR_AGENT = self.workers[rank]
             with set_forward_context(None, self.config):
+                if self.runner == "v2":
+                    self._zero(so, self._views[rank])
                 self.workers[rank].handle_preemptions(mine.kv_connector_metadata)
+                if self.runner == "v1":
+                    self._zero(so, self._views[rank])
                 with KVConnectorModelRunnerMixin._get_kv_connector_output(mine) as out:
                     self._forward(so, self._views[rank])
             outputs.append(out)
-        # Rank 0's output stands for all (the harness has no executor to aggregate them).
-        kv_out = outputs[0]
+        return outputs[0]
+
+    def update(self, so: SchedulerOutput, kv_out: KVConnectorOutput) -> None:
+        """The model's (faked) output of step `so` back to the scheduler."""
+        req_ids = list(so.num_scheduled_tokens)
         sampled = []
         for rid in req_ids:
             r = self.scheduler.requests[rid]
@@ -493,7 +510,12 @@ class Instance:
             for o in outputs.outputs:
                 if o.kv_transfer_params is not None:
                     self.transfer_params[o.request_id] = o.kv_transfer_params
-        return so
+
+    def _zero(self, so: SchedulerOutput, caches: dict[str, torch.Tensor]) -> None:
+        """Zeroes the blocks vLLM asks zeroed (new blocks of a Mamba model)."""
+        for block in so.new_block_ids_to_zero or ():
+            for view in caches.values():
+                view[block].zero_()
 
     def _forward(self, so: SchedulerOutput, caches: dict[str, torch.Tensor]) -> None:
         """Writes the blocks this step fills, as the forward pass would."""

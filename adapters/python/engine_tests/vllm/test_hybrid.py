@@ -5,6 +5,7 @@ one vLLM's own hybrid coordinator accepts for the same records."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,42 @@ def test_a_block_handed_out_while_its_publish_copies_waits_for_the_copy(
     finally:
         side.in_flight.clear()
         inst.close()
+
+
+def test_a_proof_that_grew_after_the_query_loads_what_vllm_allocated_for(
+    daemon: Daemon, model_dir: Path
+) -> None:
+    """The Query answered 4 blocks; another instance published the rest before vLLM admitted
+    the request. vLLM allocated for 4 blocks: the window those 4 end with is loaded, not the
+    one a longer proof would end with."""
+    shared = Instance(model_dir, "hy-grow-a", daemon.socket, window=WINDOW)
+    later = Instance(model_dir, "hy-grow-b", daemon.socket, window=WINDOW)
+    c = Instance(model_dir, "hy-grow-r", daemon.socket, window=WINDOW, memory="allocate")
+    tokens = prompt(9)
+    other = tokens[: 4 * BLOCK] + [(i * 7 + 500) % 1000 for i in range(4 * BLOCK)] + [3]
+    try:
+        assert shared.start_of("x", other) == 0
+        assert shared.worker.worker.wait_durable(10.0)
+        r = c.new_request("r", tokens)
+        answer = None
+        for _ in range(200):
+            answer, _ = c.orbitkv.scheduler.matched_tokens(r, 0)
+            if answer is not None:
+                break
+            time.sleep(0.01)
+        assert answer == 4 * BLOCK
+        assert later.start_of("y", tokens) == 4 * BLOCK
+        assert later.worker.worker.wait_durable(10.0)
+        c.scheduler.add_request(r)
+        while not any(x.req_id == "r" for x in c.step().scheduled_new_reqs):
+            pass
+        full, window = c.scheduler.kv_cache_manager.get_block_ids("r")
+        hashes = [bytes(h) for h in r.block_hashes]
+        assert [i for i in range(4) if window[i]] == [2, 3]
+        assert [c.page(full[i], 0) for i in range(4)] == [c.expected(h, 0) for h in hashes[:4]]
+        assert [c.page(window[i], 1) for i in (2, 3)] == [c.expected(h, 1) for h in hashes[2:4]]
+        c.run()
+    finally:
+        c.close()
+        later.close()
+        shared.close()

@@ -148,7 +148,7 @@ class OrbitKVConnector(KVConnectorBase_V1, SupportsHMA):
                 self._sched().handshake(set(meta.backends), wait=0.0)
             if meta.weights_changed:
                 self._sched().weights_changed()
-        self._sched().step_done()
+            self._sched().loaded(meta.loaded)
 
     def request_finished(
         self, request: Request, block_ids: list[int]
@@ -221,9 +221,12 @@ class OrbitKVConnector(KVConnectorBase_V1, SupportsHMA):
 
     def build_connector_worker_meta(self) -> KVConnectorWorkerMetadata | None:
         backends = self._work().tell_backend()
-        if not backends and not weights.changed():
+        loaded = self._work().take_loaded()
+        if not backends and not loaded and not weights.changed():
             return None
-        return OrbitKVWorkerMetadata(weights_changed=weights.changed(), backends=backends)
+        return OrbitKVWorkerMetadata(
+            weights_changed=weights.changed(), backends=backends, loaded=loaded
+        )
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         sending, _ = self._work().finished(finished_req_ids)

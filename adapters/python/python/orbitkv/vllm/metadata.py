@@ -56,11 +56,14 @@ class OrbitKVMetadata(KVConnectorMetadata):
 @dataclass
 class OrbitKVWorkerMetadata(KVConnectorWorkerMetadata):
     """What the workers tell the scheduler side each step: whether weights changed in place,
-    and the attention backends they chose (in their first step: the handshake's content, for a
-    scheduler whose handshake went to another connector, as vLLM's `MultiConnector` does)."""
+    the leases whose loads they ran, and the attention backends they chose (in their first
+    step: the handshake's content, for a scheduler whose handshake went to another connector,
+    as vLLM's `MultiConnector` does)."""
 
     weights_changed: bool = False
     backends: frozenset[str] = frozenset()
+    # The leases whose loads the workers ran in this step: the scheduler side gives them back.
+    loaded: frozenset[int] = frozenset()
 
     def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
         if not isinstance(other, OrbitKVWorkerMetadata):
@@ -68,4 +71,5 @@ class OrbitKVWorkerMetadata(KVConnectorWorkerMetadata):
         return OrbitKVWorkerMetadata(
             weights_changed=self.weights_changed or other.weights_changed,
             backends=self.backends | other.backends,
+            loaded=self.loaded | other.loaded,
         )

@@ -73,7 +73,10 @@ class SchedulerSide:
         # Each request's local hits at its last lookup: its external blocks start there.
         self.origins: dict[str, int] = {}
         self.loads: list[LoadSpec] = []
-        self.leases: list[int] = []
+        # Leases acquired and not given back yet.
+        self.leases: set[int] = set()
+        # Blocks vLLM handed out since the last step's metadata, from `after_alloc`.
+        self.handed_out: set[int] = set()
         self.publishing: set[str] = set()
         # Requests whose asynchronous load failed: vLLM recomputes them, without asking again.
         self.failed: set[str] = set()
@@ -185,14 +188,19 @@ class SchedulerSide:
     def after_alloc(
         self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int
     ) -> None:
-        """Acquire: one lease pinning the proven records; the loads go to the workers."""
-        if num_external_tokens == 0:
-            return
+        """Acquire: one lease pinning the records that prove the boundary vLLM allocated for;
+        the loads go to the workers."""
         rid = request.request_id
         block_ids = blocks.get_block_ids()
-        bs = self.block
-        look = self.lookups.get(rid)
+        # Blocks handed out to a request that waits for a load are in no scheduled request.
+        self.handed_out.update(b for ids in block_ids for b in ids if b)
+        look = self.lookups.pop(rid, None)
         origin = look.origin if look is not None else self.origins.get(rid, 0)
+        # The next lookup of this request (after a preemption) asks again.
+        self.origins.pop(rid, None)
+        if num_external_tokens == 0:
+            return
+        bs = self.block
         first, stop = origin // bs, (origin + num_external_tokens) // bs
         wanted = range(first, stop)
         live = self._sealed() if look is not None else None
@@ -201,8 +209,10 @@ class SchedulerSide:
         if live is not None and look is not None:
             conn, seal = live
             try:
+                # Up to the boundary vLLM allocated for, not the Query's end: a proof reaching
+                # further would place a window's or a checkpoint's pages after it.
                 a = conn.submit_acquire(
-                    seal.token, seal.epoch, look.origin, look.end, self._named(look.hashes)
+                    seal.token, seal.epoch, origin, stop * bs, self._named(look.hashes[:stop])
                 )
                 reply = conn.wait(a, timeout=ACQUIRE_WAIT)
                 if isinstance(reply, orbitkv.Leased):
@@ -226,19 +236,21 @@ class SchedulerSide:
         self.stats.add("lost_blocks", len(lost))
         self.stats.add("hit_tokens", max(0, min(proven, stop) - first) * bs)
         if lease:
-            self.leases.append(lease)
+            self.leases.add(lease)
         self.loads.append(LoadSpec(rid, lease, tuple(pages), lost, whole=self.whole))
-        # The next lookup of this request (after a preemption) asks again.
-        self.lookups.pop(rid, None)
-        self.origins.pop(rid, None)
 
     def build_meta(self, scheduler_output: SchedulerOutput) -> OrbitKVMetadata:
         meta = OrbitKVMetadata(
             loads=self.loads,
             preempted=set(scheduler_output.preempted_req_ids or ()),
-            allocated=_allocated(scheduler_output),
+            allocated=_allocated(scheduler_output) | self.handed_out,
         )
         self.loads = []
+        self.handed_out = set()
+        # A preempted request's publishes are copied out before its blocks are freed (the
+        # workers wait for them): its blocks wait for nothing more, even if it is aborted
+        # while it waits for a load.
+        self.publishing -= meta.preempted
         if not self.s.producer or self.stale:
             return meta
         bs = self.block
@@ -311,14 +323,17 @@ class SchedulerSide:
             log.warning("OrbitKV: weights changed in place: serving and publishing stop")
         self.stale = True
 
-    def step_done(self) -> None:
-        """The workers ran the step: the leases of its loads are given back."""
+    def loaded(self, leases: frozenset[int]) -> None:
+        """The workers ran the loads of these leases: they are given back. (With async
+        scheduling vLLM schedules the next step before the last one's output comes back, so a
+        lease acquired since is not given back with them.)"""
         live = self._sealed()
-        leases, self.leases = self.leases, []
-        if live is None:
+        mine = leases & self.leases
+        self.leases -= mine
+        if live is None or not mine:
             return
         conn, seal = live
-        for lease in leases:
+        for lease in mine:
             try:
                 conn.forget(conn.submit_release(seal.token, lease))
             except orbitkv.OrbitKVError as e:
@@ -339,6 +354,8 @@ class SchedulerSide:
     def _lost(self, e: Exception) -> None:
         if self.session is not None:
             self.session.lost(str(e))
+        # The daemon ends a connection's leases with it.
+        self.leases.clear()
         # Answers already in stay; queries asked on the lost connection are asked again.
         self.lookups = {r: k for r, k in self.lookups.items() if k.boundary is not None}
 

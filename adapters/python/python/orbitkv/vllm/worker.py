@@ -117,6 +117,14 @@ class WorkerSide:
         self.failed_receiving: set[str] = set()
         # The handshake's content, in the first step's worker metadata.
         self.backend_told = False
+        # Leases whose loads this rank ran since its last worker metadata.
+        self.loaded_leases: set[int] = set()
+        # vLLM zeroes the blocks it hands out before the next step's connector calls
+        # (Mamba models, under its model runner V2): a publish is copied out within its step.
+        self.copied_in_step = bool(
+            getattr(kv_cache_config, "needs_kv_cache_zeroing", False)
+            or any(g.kind == "mamba" for g in self.groups)
+        )
         weights.watch_vllm_workers()
         self.stats = Counters(
             "loaded_bytes", "published_bytes", "load_failures", "durable_pages", "publish_failures"
@@ -183,6 +191,8 @@ class WorkerSide:
         # Device memory: once a step, the daemon's copies wait for the work queued before them.
         stream_done = False
         for spec in meta.loads:
+            if spec.lease:
+                self.loaded_leases.add(spec.lease)
             failed: list[int] = list(spec.lost)
             mine = [p for p in spec.pages if p[3] == record_rank(self.shapes[p[0]], self.rank)]
             live = self._live()
@@ -227,15 +237,24 @@ class WorkerSide:
             statuses = conn.wait(
                 conn.submit_load(seal.token, seal.epoch, lease, pages), timeout=LOAD_WAIT
             )
+        except orbitkv.RefusedError as e:
+            # The whole Load refused (a lease given back or expired): nothing was copied, and
+            # the connection stays.
+            log.warning("OrbitKV: a load was refused (%s); its blocks are recomputed", e)
+            statuses = None
         except orbitkv.OrbitKVError as e:
             self.session.lost(str(e))
             statuses = None
-        if not isinstance(statuses, orbitkv.Pages) or self.memory is None:
+        if (
+            not isinstance(statuses, orbitkv.Pages)
+            or len(statuses.statuses) != len(staged)
+            or self.memory is None
+        ):
             # No reply: the daemon may still copy. vLLM recomputes into these blocks.
             self._settle([block for _, block in staged])
             self.stats.add("load_failures", len(staged))
             return failed + [block for _, block in staged]
-        for (group, block), status in zip(staged, statuses.statuses, strict=False):
+        for (group, block), status in zip(staged, statuses.statuses, strict=True):
             if status == "ok":
                 self.memory.after_load(group, block)
                 self.stats.add("loaded_bytes", self.layer_bytes * self._layers(group))
@@ -280,7 +299,7 @@ class WorkerSide:
             self._submit(pages, requests)
         else:
             self.pending.append(Pending(fence, pages, requests))
-        self._poll()
+        self._poll(COPIED_WAIT if self.copied_in_step else 0.0)
 
     def _submit(self, pages: list[PublishPage], requests: set[str]) -> None:
         live = self._live()
@@ -365,6 +384,8 @@ class WorkerSide:
         those copies must be out first."""
         if self._busy() & meta.preempted or self._busy_blocks() & meta.allocated:
             self._poll(COPIED_WAIT)
+        # Their blocks are freed: the scheduler side waits for nothing more of theirs.
+        self.had_publish -= meta.preempted
 
     def _busy_blocks(self) -> set[int]:
         """Blocks a publish not yet copied out reads."""
@@ -401,6 +422,11 @@ class WorkerSide:
         done, failed = self.received, self.failed_receiving
         self.received, self.failed_receiving = set(), set()
         return done, failed
+
+    def take_loaded(self) -> frozenset[int]:
+        """The leases whose loads ran since the last call."""
+        leases, self.loaded_leases = frozenset(self.loaded_leases), set()
+        return leases
 
     def tell_backend(self) -> frozenset[str]:
         """The attention backend, once: the first step's worker metadata carries it."""
