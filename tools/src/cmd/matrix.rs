@@ -10,11 +10,11 @@ use std::path::PathBuf;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use orbitkv_store::Policy;
+use orbitkv_store::{MIN_SSD_BYTES, Policy};
 use serde_json::{Value, json};
 
 use crate::Failure;
-use crate::cmd::replay::{Budget, Outcome, replay_store, simulated};
+use crate::cmd::replay::{Budget, Outcome, RECORD_OVERHEAD, replay_store, simulated};
 use crate::output::Output;
 use crate::size::parse_size;
 use crate::tracegen::{Params, Shape, generate, stats};
@@ -137,13 +137,23 @@ fn shape_name(shape: Shape) -> &'static str {
     }
 }
 
-/// Runs every cell of `w`.
-fn cells(w: &Workload, a: &MatrixArgs) -> Result<Vec<Cell>, Failure> {
+/// The block size of a cell of `blocks` blocks: `block_bytes`, or larger (whole KiB) where the
+/// budget would fall below the store's smallest SSD budget. The hit ratio depends on the
+/// capacity in blocks, not on their size.
+fn cell_block_bytes(blocks: u64, block_bytes: u64) -> u64 {
+    let floor = MIN_SSD_BYTES
+        .div_ceil(blocks)
+        .saturating_sub(RECORD_OVERHEAD);
+    block_bytes.max(floor.div_ceil(1024) * 1024)
+}
+
+/// Runs every cell of `w`, each row printed as it is done (text output).
+fn cells(w: &Workload, a: &MatrixArgs, out: &Output) -> Result<Vec<Cell>, Failure> {
     let distinct = stats(&w.trace).distinct;
-    let mut out = Vec::new();
+    let mut done = Vec::new();
     for &percent in &a.capacities {
         let blocks = (distinct * percent / 100).max(1);
-        let budget = Budget::ssd_blocks(blocks, a.block_bytes);
+        let budget = Budget::ssd_blocks(blocks, cell_block_bytes(blocks, a.block_bytes));
         let capacity = budget.capacity();
         let mut policies = Vec::new();
         for (name, policy) in Policy::ALL {
@@ -158,7 +168,7 @@ fn cells(w: &Workload, a: &MatrixArgs) -> Result<Vec<Cell>, Failure> {
             let _ = std::fs::remove_dir_all(&dir);
             policies.push(o?);
         }
-        out.push(Cell {
+        let cell = Cell {
             workload: w.name.clone(),
             seed: w.seed,
             percent,
@@ -166,9 +176,13 @@ fn cells(w: &Workload, a: &MatrixArgs) -> Result<Vec<Cell>, Failure> {
             lru: simulated(&w.trace, "lru", capacity),
             min: simulated(&w.trace, "min", capacity),
             policies,
-        });
+        };
+        if !out.json() {
+            println!("{}", row(&cell));
+        }
+        done.push(cell);
     }
-    Ok(out)
+    Ok(done)
 }
 
 fn cell_json(c: &Cell) -> Value {
@@ -198,52 +212,65 @@ fn cell_json(c: &Cell) -> Value {
     })
 }
 
-/// The table: a row per cell, then each policy's worst cell.
-fn table(cells: &[Cell]) -> String {
+/// The table's header.
+fn header() -> String {
     let mut t = String::from("| workload | seed | capacity | LRU | MIN |");
-    let names: Vec<&str> = Policy::ALL.iter().map(|(n, _)| *n).collect();
-    for n in &names {
+    for (n, _) in Policy::ALL {
         let _ = write!(t, " {n} |");
     }
     t.push_str("\n|---|---|---|---|---|");
-    t.push_str(&"---|".repeat(names.len()));
-    t.push('\n');
-    // Per policy: the worst ratio and the worst points, with their cells.
-    let mut worst: Vec<[Option<(f64, String)>; 2]> = vec![[None, None]; names.len()];
-    for c in cells {
-        let lru = c.lru.hit_ratio();
-        let seed = c.seed.map_or_else(|| "—".to_owned(), |s| s.to_string());
-        let _ = write!(
-            t,
-            "| {} | {seed} | {} % | {lru:.4} | {:.4} |",
-            c.workload,
-            c.percent,
-            c.min.hit_ratio()
-        );
-        for (i, o) in c.policies.iter().enumerate() {
-            let (v, ratio) = versus(lru, o.hit_ratio());
-            let shown = if ratio {
-                format!("{:.4} ({v:.3})", o.hit_ratio())
-            } else {
-                format!("{:.4} ({v:+.2} pt)", o.hit_ratio())
-            };
-            let _ = write!(t, " {shown} |");
-            let slot = &mut worst[i][usize::from(!ratio)];
+    t.push_str(&"---|".repeat(Policy::ALL.len()));
+    t
+}
+
+fn seed_text(c: &Cell) -> String {
+    c.seed.map_or_else(|| "—".to_owned(), |s| s.to_string())
+}
+
+/// A cell's row: LRU and MIN, then each policy's hit ratio and how it compares with LRU.
+fn row(c: &Cell) -> String {
+    let lru = c.lru.hit_ratio();
+    let mut t = format!(
+        "| {} | {} | {} % | {lru:.4} | {:.4} |",
+        c.workload,
+        seed_text(c),
+        c.percent,
+        c.min.hit_ratio()
+    );
+    for o in &c.policies {
+        let (v, ratio) = versus(lru, o.hit_ratio());
+        if ratio {
+            let _ = write!(t, " {:.4} ({v:.3}) |", o.hit_ratio());
+        } else {
+            let _ = write!(t, " {:.4} ({v:+.2} pt) |", o.hit_ratio());
+        }
+    }
+    t
+}
+
+/// Each policy's worst cell: its lowest ratio to LRU, and its lowest difference in points
+/// where LRU hits under 1 %.
+fn summary(cells: &[Cell]) -> String {
+    let mut t = String::new();
+    for (i, (n, _)) in Policy::ALL.iter().enumerate() {
+        let mut worst: [Option<(f64, String)>; 2] = [None, None];
+        for c in cells {
+            let Some(o) = c.policies.get(i) else { continue };
+            let (v, ratio) = versus(c.lru.hit_ratio(), o.hit_ratio());
+            let slot = &mut worst[usize::from(!ratio)];
             if slot.as_ref().is_none_or(|(w, _)| v < *w) {
-                *slot = Some((v, format!("{} seed {seed} at {} %", c.workload, c.percent)));
+                let at = format!("{} seed {} at {} %", c.workload, seed_text(c), c.percent);
+                *slot = Some((v, at));
             }
         }
-        t.push('\n');
-    }
-    for (n, [ratio, points]) in names.iter().zip(&worst) {
         let _ = write!(t, "\n{n}: worst ratio to LRU ");
-        match ratio {
+        match &worst[0] {
             Some((v, at)) => {
                 let _ = write!(t, "{v:.3} ({at})");
             }
             None => t.push('—'),
         }
-        if let Some((v, at)) = points {
+        if let Some((v, at)) = &worst[1] {
             let _ = write!(t, "; where LRU < 1 %, worst {v:+.2} points ({at})");
         }
     }
@@ -264,10 +291,13 @@ pub fn run(a: &MatrixArgs, out: &Output) -> Result<(), Failure> {
         ProgressStyle::with_template("matrix {pos}/{len} traces {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    if !out.json() {
+        println!("{}", header());
+    }
     let mut all = Vec::new();
     for w in &workloads {
         progress.set_message(w.name.clone());
-        all.extend(cells(w, a)?);
+        all.extend(cells(w, a, out)?);
         progress.inc(1);
     }
     progress.finish_and_clear();
@@ -276,7 +306,7 @@ pub fn run(a: &MatrixArgs, out: &Output) -> Result<(), Failure> {
         .flat_map(|c| &c.policies)
         .map(|o| o.mismatched)
         .sum();
-    out.emit(&table(&all), || {
+    out.emit(&summary(&all), || {
         json!({
             "block_bytes": a.block_bytes,
             "cells": all.iter().map(cell_json).collect::<Vec<_>>(),
@@ -316,7 +346,7 @@ mod tests {
             2,
             "multi-turn at its defaults and at the shared trace's scale"
         );
-        let cells = cells(&ws[0], &a).expect("the cell runs");
+        let cells = cells(&ws[0], &a, &Output::new(true)).expect("the cell runs");
         assert_eq!(cells.len(), 1);
         let c = &cells[0];
         assert_eq!(c.policies.len(), Policy::ALL.len());
@@ -325,10 +355,20 @@ mod tests {
             assert_eq!(o.mismatched, 0, "{}", o.policy);
             assert_eq!(o.block_refs, c.lru.block_refs, "{}", o.policy);
         }
-        let t = table(&cells);
+        assert!(row(&cells[0]).starts_with("| multi-turn | 1 | 10 % |"));
+        let t = summary(&cells);
         for (n, _) in Policy::ALL {
             assert!(t.contains(&format!("{n}: worst ratio to LRU ")), "{t}");
         }
+    }
+
+    #[test]
+    fn a_small_cell_takes_larger_blocks_to_reach_the_smallest_budget() {
+        assert_eq!(cell_block_bytes(10_000, 4096), 4096);
+        let b = cell_block_bytes(201, 4096);
+        assert!(b > 4096 && b.is_multiple_of(1024));
+        assert!(Budget::ssd_blocks(201, b).ssd_bytes >= MIN_SSD_BYTES);
+        assert_eq!(Budget::ssd_blocks(201, b).capacity(), 201);
     }
 
     #[test]

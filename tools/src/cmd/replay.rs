@@ -30,7 +30,8 @@ const BLOCK_TOKENS: u64 = 512;
 /// Bundles are cut at this many payload bytes.
 const MAX_BUNDLE: u64 = 64 << 20;
 /// Per-record bytes besides the payload: a frame header and a footer entry.
-const RECORD_OVERHEAD: u64 = (FRAME_HEADER_LEN + orbitkv_segments::footer::INDEX_ENTRY_LEN) as u64;
+pub(crate) const RECORD_OVERHEAD: u64 =
+    (FRAME_HEADER_LEN + orbitkv_segments::footer::INDEX_ENTRY_LEN) as u64;
 
 /// `bench replay`.
 #[derive(Args)]
