@@ -195,14 +195,12 @@ class WorkerSide:
                 self.loaded_leases.add(spec.lease)
             failed: list[int] = list(spec.lost)
             mine = [p for p in spec.pages if p[3] == record_rank(self.shapes[p[0]], self.rank)]
-            live = self._live()
-            if not mine:
-                pass
+            live = self._live() if mine else None
             # Records of the weights this instance started with are not its KV any more.
-            elif live is None or self.memory is None or weights.changed():
+            if mine and (live is None or self.memory is None or weights.changed()):
                 failed += [block for _, _, block, _ in mine]
                 self.stats.add("load_failures", len(mine))
-            else:
+            elif live is not None and self.memory is not None:
                 if not stream_done:
                     self.memory.before_load()
                     stream_done = True
