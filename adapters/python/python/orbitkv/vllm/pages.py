@@ -58,7 +58,7 @@ def placement(
     belongs to one group at a time): each must start where the others do, with the same
     strides."""
     layers = [x for group in groups.values() for x in group]
-    if not layers:
+    if not all(groups.values()):
         return None
     # Strides in bytes: a Mamba layer's view is bytes, an attention layer's its dtype.
     strides = {x.stride(0) * x.element_size() for x in layers}
