@@ -14,7 +14,7 @@ use orbitkv_store::{MIN_SSD_BYTES, Policy};
 use serde_json::{Value, json};
 
 use crate::Failure;
-use crate::cmd::replay::{Budget, Outcome, RECORD_OVERHEAD, replay_store, simulated};
+use crate::cmd::replay::{Budget, Outcome, RECORD_OVERHEAD, no_mismatch, replay_store, simulated};
 use crate::output::Output;
 use crate::size::parse_size;
 use crate::tracegen::{Params, Shape, generate, stats};
@@ -312,13 +312,7 @@ pub fn run(a: &MatrixArgs, out: &Output) -> Result<(), Failure> {
             "cells": all.iter().map(cell_json).collect::<Vec<_>>(),
         })
     })?;
-    if mismatched > 0 {
-        return Err(Failure::with_code(
-            crate::cmd::bench_records::EXIT_MISMATCH,
-            format!("{mismatched} blocks came back with different bytes"),
-        ));
-    }
-    Ok(())
+    no_mismatch(mismatched)
 }
 
 #[cfg(test)]

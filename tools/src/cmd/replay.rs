@@ -476,6 +476,11 @@ pub fn run(a: &ReplayArgs, out: &Output) -> Result<(), Failure> {
     } else if let Some(o) = outcomes.first() {
         out.emit(&text(o), || o.json())?;
     }
+    no_mismatch(mismatched)
+}
+
+/// Fails with the mismatch exit code when `mismatched` blocks came back with other bytes.
+pub(crate) fn no_mismatch(mismatched: u64) -> Result<(), Failure> {
     if mismatched > 0 {
         return Err(Failure::with_code(
             crate::cmd::bench_records::EXIT_MISMATCH,
