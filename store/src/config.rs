@@ -6,7 +6,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use orbitkv_segments::{Alignment, Compression};
+use orbitkv_segments::footer::{
+    FOOTER_FIXED_LEN, INDEX_ENTRY_LEN, NAMESPACE_SUMMARY_LEN, TRAILER_LEN,
+};
+use orbitkv_segments::segment_header::SEGMENT_HEADER_LEN;
+use orbitkv_segments::{Alignment, Compression, FRAME_HEADER_LEN};
 
 #[cfg(doc)]
 use crate::StateStore;
@@ -71,7 +75,7 @@ impl StoreConfig {
             read_only: false,
             ssd_bytes: None,
             dram_bytes: 0,
-            policy: Policy::S3Fifo,
+            policy: Policy::FifoReinsert,
         }
     }
 }
@@ -87,5 +91,61 @@ pub const MIN_SSD_BYTES: u64 = 1 << 20;
 /// frees little of what is still wanted (measured on the shared trace: 1/64 keeps within 0.2%
 /// of the hit ratio of finer segments, 1/8 loses 2–6%).
 pub const SEGMENTS_PER_BUDGET: u64 = 64;
+/// The SSD budget under which the segments hold `records` records of `payload_len` bytes each
+/// (one namespace per segment) on average over reclaim cycles, at `alignment`, with segments of
+/// a [`SEGMENTS_PER_BUDGET`]th of the budget (budgets up to 16 GiB at the default segment size).
+///
+/// A record takes its frame and its footer entry; each segment adds a header, a footer and a
+/// trailer, and seals early by the room its footer would need for one more record. A cache
+/// that counts payload blocks only (a simulated LRU of `records` blocks) holds as many.
+pub fn ssd_bytes_holding(records: u64, payload_len: u64, alignment: Alignment) -> u64 {
+    let held = |budget| ssd_records_held(budget, payload_len, alignment);
+    let (mut low, mut high) = (MIN_SSD_BYTES, MIN_SSD_BYTES);
+    while held(high) < records && high < u64::MAX / 4 {
+        high *= 2;
+    }
+    while low < high {
+        let mid = low + (high - low) / 2;
+        if held(mid) >= records {
+            high = mid;
+        } else {
+            low = mid + 1;
+        }
+    }
+    high
+}
+
+/// Records of `payload_len` bytes an SSD budget of `budget` bytes holds on average over
+/// reclaim cycles (the inverse of [`ssd_bytes_holding`]).
+pub fn ssd_records_held(budget: u64, payload_len: u64, alignment: Alignment) -> u64 {
+    let segment = (budget / SEGMENTS_PER_BUDGET).max(8 << 10);
+    let per_segment = records_per_segment(segment, payload_len, alignment);
+    let file = sealed_file_bytes(per_segment, payload_len, alignment);
+    // Reclaim frees a whole segment: on average half of one is free.
+    (2 * budget).saturating_sub(file) / (2 * file) * per_segment
+}
+
+/// Records of `payload_len` bytes a segment of `segment_bytes` takes before it seals (the seal
+/// check keeps room for the footer of one more record, with a namespace summary per entry).
+fn records_per_segment(segment_bytes: u64, payload_len: u64, alignment: Alignment) -> u64 {
+    let unit = alignment.unit() as u64;
+    let frame = alignment.round_up(FRAME_HEADER_LEN + payload_len as usize) as u64;
+    let entry = (INDEX_ENTRY_LEN + NAMESPACE_SUMMARY_LEN) as u64;
+    let first = SEGMENT_HEADER_LEN as u64
+        + (FRAME_HEADER_LEN as u64 + payload_len + unit)
+        + (FOOTER_FIXED_LEN + 4 + TRAILER_LEN) as u64
+        + entry
+        + unit;
+    1 + segment_bytes.saturating_sub(first) / (frame + entry)
+}
+
+/// Bytes of a sealed segment file holding `records` records of `payload_len` bytes.
+fn sealed_file_bytes(records: u64, payload_len: u64, alignment: Alignment) -> u64 {
+    let frame = alignment.round_up(FRAME_HEADER_LEN + payload_len as usize) as u64;
+    SEGMENT_HEADER_LEN as u64
+        + records * (frame + INDEX_ENTRY_LEN as u64)
+        + (FOOTER_FIXED_LEN + NAMESPACE_SUMMARY_LEN + 4 + TRAILER_LEN) as u64
+}
+
 /// After the disk reported no space, puts are refused for this long before one is tried again.
 pub const NO_SPACE_RETRY: Duration = Duration::from_secs(1);

@@ -68,7 +68,7 @@ use crate::active::{Active, SegmentFile};
 pub use crate::compactor::{CompactReport, SegmentStat};
 pub use crate::config::{
     Durability, MAX_BUNDLE_BYTES, MAX_SEGMENT_BYTES, MIN_SSD_BYTES, NO_SPACE_RETRY,
-    SEGMENTS_PER_BUDGET, StoreConfig,
+    SEGMENTS_PER_BUDGET, StoreConfig, ssd_bytes_holding, ssd_records_held,
 };
 pub use crate::dir::Layout;
 use crate::dram::DramTier;

@@ -1,21 +1,23 @@
 //! The SSD tier's capacity: when the segments would outgrow [`crate::StoreConfig::ssd_bytes`],
 //! whole sealed segments are reclaimed (log-structured: no record is ever rewritten in place).
 //!
-//! The default policy, [`Policy::S3Fifo`], keeps two logs. New bundles go to the probation log,
-//! whose segments are reclaimed first once it holds more than a tenth of the budget; a record
-//! read while there is copied into the main log when its segment is reclaimed, one reclaimed
-//! unread is dropped and remembered by a ghost set, and a bundle whose key the ghost remembers is
-//! written straight to the main log. In the main log a record read since it was last written is
-//! copied forward once more; the rest are dropped. A copy takes a new record sequence (only a key's
-//! current record is copied, under the writer lock, so it overtakes nothing newer), is durable
-//! before the reclaimed segment's deletion is committed to the manifest, and the index moves to
-//! it only then, so a crash at any point loses no record that was not being evicted and serves
-//! none that was superseded or retired (a crash before the deletion leaves both copies: the same
-//! bytes, the newer sequence kept). Segments holding pinned records are never reclaimed.
+//! The default policy, [`Policy::FifoReinsert`], keeps one log. Its oldest sealed segment is
+//! reclaimed: a record read since it was last written is copied forward to the head of the
+//! log, the rest are dropped. [`Policy::S3Fifo`] keeps two logs: new bundles go to the probation
+//! log, whose segments are reclaimed first once it holds more than a tenth of the budget; a
+//! record read while there is copied into the main log when its segment is reclaimed, one
+//! reclaimed unread is dropped and remembered by a ghost set, and a bundle whose key the ghost
+//! remembers is written straight to the main log. A copy takes a new record sequence (only a
+//! key's current record is copied, under the writer lock, so it overtakes nothing newer), is
+//! durable before the reclaimed segment's deletion is committed to the manifest, and the index
+//! moves to it only then, so a crash at any point loses no record that was not being evicted and
+//! serves none that was superseded or retired (a crash before the deletion leaves both copies:
+//! the same bytes, the newer sequence kept). Segments holding pinned records are never reclaimed.
 //!
-//! Replayed on the shared request trace this beat per-block LRU at 10%, 25% and 50% of the
-//! trace's distinct blocks, where a single FIFO log (with or without copying read records
-//! forward) lost to LRU at 10% (docs/performance.md has the numbers and the command).
+//! The default is the policy whose worst cell is best in the policy matrix (every generated
+//! workload shape and the shared trace, 5–50 % of their distinct blocks, against per-block LRU):
+//! S3-FIFO wins on the shared trace but loses up to 15 % on multi-turn conversations
+//! (docs/performance.md has the numbers and the command).
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -39,11 +41,11 @@ use crate::{StateStore, Writer};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Policy {
     /// Two logs, probation and main, with a ghost set; records read are copied forward.
-    #[default]
     S3Fifo,
     /// One log: the oldest segment is dropped whole.
     Fifo,
     /// One log: the oldest segment is reclaimed, its records read since written copied forward.
+    #[default]
     FifoReinsert,
 }
 

@@ -7,9 +7,10 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
+use orbitkv_segments::Alignment;
 use orbitkv_store::io::Io;
 use orbitkv_store::io::fault::FaultIo;
-use orbitkv_store::{Durability, Error, Policy, StateStore, StoreConfig};
+use orbitkv_store::{Durability, Error, Policy, StateStore, StoreConfig, ssd_bytes_holding};
 
 const LEN: usize = 4096;
 const BUDGET: u64 = 1 << 20;
@@ -64,6 +65,44 @@ fn segments_stay_within_the_budget_under_every_policy() {
         assert!(found > 100 && found < 256, "{name}: {found} records remain");
         assert_eq!(check(&store, 1, 1_999, LEN), Some(true), "{name}");
         assert_eq!(check(&store, 1, 0, LEN), None, "{name}");
+    }
+}
+
+#[test]
+fn a_budget_for_n_records_holds_n_on_average() {
+    for (records, len) in [
+        (300u64, 4096usize),
+        (2_000, 512),
+        (120, 16 << 10),
+        (900, 16 << 10),
+    ] {
+        for (name, policy) in Policy::ALL {
+            let io = FaultIo::new();
+            let mut c = StoreConfig::new("data");
+            c.durability = Durability::Manual;
+            c.ssd_bytes = Some(ssd_bytes_holding(records, len as u64, Alignment::Packed));
+            c.policy = policy;
+            let store = open_with(&io, c);
+            let (mut sum, mut samples, mut low, mut high) = (0u64, 0u64, u64::MAX, 0u64);
+            for i in 0..12 * records {
+                let p = payload(4, i, len);
+                store.put(&[(meta(i), p.as_slice())]).unwrap();
+                if i >= 4 * records {
+                    let held = store.index().len() as u64;
+                    sum += held;
+                    samples += 1;
+                    low = low.min(held);
+                    high = high.max(held);
+                }
+            }
+            let mean = sum as f64 / samples as f64;
+            // Within 1.5%, or a few records where segments hold only a few each.
+            let n = records as f64;
+            assert!(
+                mean >= 0.985 * n && mean <= 1.015 * n + 8.0,
+                "{name}, {records} x {len} B: holds {mean:.1} on average ({low}..={high})"
+            );
+        }
     }
 }
 

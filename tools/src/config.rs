@@ -267,7 +267,7 @@ mod tests {
         );
         assert_eq!(c.limits.send_timeout_ms, Some(10_000));
         assert_eq!(c.capacity.segment_bytes, Some(Size(256 << 20)));
-        assert_eq!(c.capacity.policy.as_deref(), Some("s3-fifo"));
+        assert_eq!(c.capacity.policy.as_deref(), Some("fifo-reinsert"));
         assert_eq!(
             c.capacity.compact_interval,
             Some(Interval(Duration::from_secs(30)))

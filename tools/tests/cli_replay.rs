@@ -67,7 +67,7 @@ fn a_store_policy_replays_with_verified_hits_and_the_documented_json() {
         assert!(v.get(k).is_some(), "{k} missing in {v}");
     }
     assert_eq!(v["requests"], 600);
-    assert_eq!(v["policy"], "s3-fifo");
+    assert_eq!(v["policy"], "fifo-reinsert");
     assert_eq!(v["mismatched"], 0);
     let hits = num(&v, "hits");
     let refs = num(&v, "block_refs");

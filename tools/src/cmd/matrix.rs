@@ -10,11 +10,13 @@ use std::path::PathBuf;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use orbitkv_store::{MIN_SSD_BYTES, Policy};
+use orbitkv_segments::Alignment;
+use orbitkv_store::{MIN_SSD_BYTES, Policy, ssd_records_held};
 use serde_json::{Value, json};
 
 use crate::Failure;
-use crate::cmd::replay::{Budget, Outcome, RECORD_OVERHEAD, no_mismatch, replay_store, simulated};
+use crate::cmd::policy_model::{Modelled, fifo_reinsert};
+use crate::cmd::replay::{Budget, Outcome, no_mismatch, replay_store, simulated};
 use crate::output::Output;
 use crate::size::parse_size;
 use crate::tracegen::{Params, Shape, generate, stats};
@@ -46,6 +48,11 @@ pub struct MatrixArgs {
     /// Where the stores go (one subdirectory per replay, removed after it).
     #[arg(long, value_name = "DIR", default_value = "./orbitkv-matrix")]
     data_dir: PathBuf,
+    /// Instead of the store replays: the store-free model of `fifo-reinsert` with and without
+    /// SSD admission (first-time blocks wait in a DRAM tier of a tenth of the capacity), with
+    /// SSD blocks written per block hit.
+    #[arg(long)]
+    admission_model: bool,
 }
 
 /// One workload: its name and its block references.
@@ -141,10 +148,15 @@ fn shape_name(shape: Shape) -> &'static str {
 /// budget would fall below the store's smallest SSD budget. The hit ratio depends on the
 /// capacity in blocks, not on their size.
 fn cell_block_bytes(blocks: u64, block_bytes: u64) -> u64 {
-    let floor = MIN_SSD_BYTES
-        .div_ceil(blocks)
-        .saturating_sub(RECORD_OVERHEAD);
-    block_bytes.max(floor.div_ceil(1024) * 1024)
+    let fits = |b: u64| ssd_records_held(MIN_SSD_BYTES, b, Alignment::Packed) <= blocks;
+    if fits(block_bytes) {
+        return block_bytes;
+    }
+    let mut b = block_bytes.div_ceil(1024) * 1024;
+    while !fits(b) && b < MIN_SSD_BYTES {
+        b += 1024;
+    }
+    b
 }
 
 /// Runs every cell of `w`, each row printed as it is done (text output).
@@ -223,8 +235,8 @@ fn header() -> String {
     t
 }
 
-fn seed_text(c: &Cell) -> String {
-    c.seed.map_or_else(|| "—".to_owned(), |s| s.to_string())
+fn seed_text(seed: Option<u64>) -> String {
+    seed.map_or_else(|| "—".to_owned(), |s| s.to_string())
 }
 
 /// A cell's row: LRU and MIN, then each policy's hit ratio and how it compares with LRU.
@@ -233,17 +245,12 @@ fn row(c: &Cell) -> String {
     let mut t = format!(
         "| {} | {} | {} % | {lru:.4} | {:.4} |",
         c.workload,
-        seed_text(c),
+        seed_text(c.seed),
         c.percent,
         c.min.hit_ratio()
     );
     for o in &c.policies {
-        let (v, ratio) = versus(lru, o.hit_ratio());
-        if ratio {
-            let _ = write!(t, " {:.4} ({v:.3}) |", o.hit_ratio());
-        } else {
-            let _ = write!(t, " {:.4} ({v:+.2} pt) |", o.hit_ratio());
-        }
+        let _ = write!(t, " {} |", against_lru(lru, o.hit_ratio()));
     }
     t
 }
@@ -259,7 +266,12 @@ fn summary(cells: &[Cell]) -> String {
             let (v, ratio) = versus(c.lru.hit_ratio(), o.hit_ratio());
             let slot = &mut worst[usize::from(!ratio)];
             if slot.as_ref().is_none_or(|(w, _)| v < *w) {
-                let at = format!("{} seed {} at {} %", c.workload, seed_text(c), c.percent);
+                let at = format!(
+                    "{} seed {} at {} %",
+                    c.workload,
+                    seed_text(c.seed),
+                    c.percent
+                );
                 *slot = Some((v, at));
             }
         }
@@ -284,6 +296,9 @@ pub fn run(a: &MatrixArgs, out: &Output) -> Result<(), Failure> {
         return Err(Failure::refused("--capacities: percents from 1 to 100"));
     }
     let workloads = workloads(a)?;
+    if a.admission_model {
+        return admission_table(&workloads, &a.capacities, a.block_bytes, out);
+    }
     // Each replay draws its own bar; this line counts the traces done.
     let progress =
         ProgressBar::with_draw_target(Some(workloads.len() as u64), ProgressDrawTarget::stderr());
@@ -315,6 +330,105 @@ pub fn run(a: &MatrixArgs, out: &Output) -> Result<(), Failure> {
     no_mismatch(mismatched)
 }
 
+/// One cell of the admission table: LRU, and the model without and with admission.
+struct AdmissionCell {
+    at: String,
+    lru: f64,
+    off: Modelled,
+    on: Modelled,
+}
+
+/// A hit ratio and how it compares with LRU, as the policy matrix shows it.
+fn against_lru(lru: f64, hit: f64) -> String {
+    match versus(lru, hit) {
+        (v, true) => format!("{hit:.4} ({v:.3})"),
+        (v, false) => format!("{hit:.4} ({v:+.2} pt)"),
+    }
+}
+
+fn admission_row(c: &AdmissionCell, workload: &str, seed: &str, percent: u64) -> String {
+    let per_hit = |m: &Modelled| {
+        m.writes_per_hit()
+            .map_or("—".to_owned(), |w| format!("{w:.2}"))
+    };
+    let fewer = match (c.off.writes_per_hit(), c.on.writes_per_hit()) {
+        (Some(off), Some(on)) if on > 0.0 => format!("{:.2}×", off / on),
+        (Some(_), Some(_)) => "no writes".to_owned(),
+        _ => "—".to_owned(),
+    };
+    format!(
+        "| {workload} | {seed} | {percent} % | {:.4} | {} | {} | {} | {} | {fewer} |",
+        c.lru,
+        against_lru(c.lru, c.off.hit_ratio()),
+        against_lru(c.lru, c.on.hit_ratio()),
+        per_hit(&c.off),
+        per_hit(&c.on),
+    )
+}
+
+/// The admission table: each cell's hit ratios (and ratios to LRU) without and with
+/// admission, SSD blocks written per block hit, and how many times fewer admission writes.
+fn admission_table(
+    workloads: &[Workload],
+    capacities: &[u64],
+    block_bytes: u64,
+    out: &Output,
+) -> Result<(), Failure> {
+    let mut cells = Vec::new();
+    if !out.json() {
+        println!(
+            "| workload | seed | capacity | LRU | model | model + admission | written per hit | with admission | fewer writes |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|");
+    }
+    for w in workloads {
+        let distinct = stats(&w.trace).distinct;
+        for &percent in capacities {
+            let blocks = (distinct * percent / 100).max(1);
+            // The blocks the store's budget holds in the policy matrix, for the same columns.
+            let capacity =
+                Budget::ssd_blocks(blocks, cell_block_bytes(blocks, block_bytes)).capacity();
+            let lru = simulated(&w.trace, "lru", capacity).hit_ratio();
+            let off = fifo_reinsert(&w.trace, capacity, false);
+            let on = fifo_reinsert(&w.trace, capacity, true);
+            let seed = seed_text(w.seed);
+            let c = AdmissionCell {
+                at: format!("{} seed {seed} at {percent} %", w.name),
+                lru,
+                off,
+                on,
+            };
+            if !out.json() {
+                println!("{}", admission_row(&c, &w.name, &seed, percent));
+            }
+            cells.push(c);
+        }
+    }
+    let worst = |pick: fn(&AdmissionCell) -> &Modelled| {
+        cells
+            .iter()
+            .map(|c| (versus(c.lru, pick(c).hit_ratio()), &c.at))
+            .filter(|((_, ratio), _)| *ratio)
+            .min_by(|a, b| a.0.0.total_cmp(&b.0.0))
+            .map_or_else(|| "—".to_owned(), |((v, _), at)| format!("{v:.3} ({at})"))
+    };
+    let text = format!(
+        "\nmodel: worst ratio to LRU {}\nmodel + admission: worst ratio to LRU {}\n",
+        worst(|c| &c.off),
+        worst(|c| &c.on)
+    );
+    out.emit(&text, || {
+        json!({
+            "cells": cells.iter().map(|c| json!({
+                "cell": c.at,
+                "lru": c.lru,
+                "model": {"hit_ratio": c.off.hit_ratio(), "ssd_writes": c.off.ssd_writes, "hits": c.off.hits},
+                "model_admission": {"hit_ratio": c.on.hit_ratio(), "ssd_writes": c.on.ssd_writes, "hits": c.on.hits},
+            })).collect::<Vec<_>>(),
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,6 +447,7 @@ mod tests {
             // The store's smallest SSD budget (1 MiB) holds 10 % of the trace's blocks.
             block_bytes: 16 << 10,
             data_dir: dir.path().join("m"),
+            admission_model: false,
         };
         let ws = workloads(&a).expect("workloads");
         assert_eq!(
@@ -359,10 +474,11 @@ mod tests {
     #[test]
     fn a_small_cell_takes_larger_blocks_to_reach_the_smallest_budget() {
         assert_eq!(cell_block_bytes(10_000, 4096), 4096);
-        let b = cell_block_bytes(201, 4096);
+        let b = cell_block_bytes(100, 4096);
         assert!(b > 4096 && b.is_multiple_of(1024));
-        assert!(Budget::ssd_blocks(201, b).ssd_bytes >= MIN_SSD_BYTES);
-        assert_eq!(Budget::ssd_blocks(201, b).capacity(), 201);
+        assert!(Budget::ssd_blocks(100, b).ssd_bytes >= MIN_SSD_BYTES);
+        let held = Budget::ssd_blocks(100, b).capacity();
+        assert!((100..=103).contains(&held), "{held}");
     }
 
     #[test]

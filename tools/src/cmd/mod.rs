@@ -9,6 +9,7 @@ pub mod hash;
 pub mod identity;
 pub mod loadgen;
 pub mod matrix;
+mod policy_model;
 pub mod replay;
 pub mod serve;
 pub mod store;

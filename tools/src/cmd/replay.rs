@@ -15,9 +15,11 @@ use std::time::Instant;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use orbitkv_segments::{FRAME_HEADER_LEN, RecordMeta};
+use orbitkv_segments::{Alignment, RecordMeta};
 use orbitkv_state::{FormatDigest, Namespace, StateKey, TokenRange};
-use orbitkv_store::{Durability, Policy, StateStore, StoreConfig};
+use orbitkv_store::{
+    Durability, Policy, StateStore, StoreConfig, ssd_bytes_holding, ssd_records_held,
+};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -29,9 +31,6 @@ use crate::size::parse_size;
 const BLOCK_TOKENS: u64 = 512;
 /// Bundles are cut at this many payload bytes.
 const MAX_BUNDLE: u64 = 64 << 20;
-/// Per-record bytes besides the payload: a frame header and a footer entry.
-pub(crate) const RECORD_OVERHEAD: u64 =
-    (FRAME_HEADER_LEN + orbitkv_segments::footer::INDEX_ENTRY_LEN) as u64;
 
 /// `bench replay`.
 #[derive(Args)]
@@ -54,7 +53,7 @@ pub struct ReplayArgs {
     block_bytes: u64,
     /// `s3-fifo`, `fifo` or `fifo-reinsert` (the store's policies), or `lru` or `min` (per-block
     /// references, simulated without a store).
-    #[arg(long, value_name = "NAME", default_value = "s3-fifo")]
+    #[arg(long, value_name = "NAME", default_value = "fifo-reinsert")]
     policy: String,
     /// Replay only the first N requests.
     #[arg(long, value_name = "N")]
@@ -76,19 +75,21 @@ pub(crate) struct Budget {
 }
 
 impl Budget {
-    /// An SSD tier that holds `blocks` blocks of `block_bytes`, and no DRAM tier.
+    /// An SSD tier whose segments hold `blocks` blocks of `block_bytes` (their frames, footer
+    /// entries and each segment's fixed bytes counted apart), and no DRAM tier.
     pub(crate) fn ssd_blocks(blocks: u64, block_bytes: u64) -> Self {
         Self {
             dram_bytes: 0,
-            ssd_bytes: blocks * (block_bytes + RECORD_OVERHEAD),
+            ssd_bytes: ssd_bytes_holding(blocks, block_bytes, Alignment::Packed),
             block_bytes,
         }
     }
 
-    /// The blocks the SSD budget holds, for the simulated references.
+    /// The blocks the SSD budget's segments hold, for the simulated references: LRU and MIN
+    /// get as many payload blocks as the store.
     pub(crate) fn capacity(&self) -> usize {
-        usize::try_from(self.ssd_bytes / (self.block_bytes.max(1) + RECORD_OVERHEAD))
-            .unwrap_or(usize::MAX)
+        let held = ssd_records_held(self.ssd_bytes, self.block_bytes.max(1), Alignment::Packed);
+        usize::try_from(held).unwrap_or(usize::MAX)
     }
 }
 

@@ -57,7 +57,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
     segment_bytes: Option<u64>,
     /// Which segments the SSD tier reclaims when full: s3-fifo, fifo, fifo-reinsert
-    /// [default: s3-fifo].
+    /// [default: fifo-reinsert].
     #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
     policy: Option<Policy>,
     /// How often sealed segments are compacted in the background (`30s`, `500ms`; `0` or `off`

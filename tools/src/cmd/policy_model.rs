@@ -1,0 +1,267 @@
+//! A store-free model of the one-log reclaim policy (`fifo-reinsert`), per block, with SSD
+//! admission as an option, to measure an admission rule before the store has one.
+//!
+//! The log is cut into segments of a [`SEGMENTS`]th of the capacity, as the store cuts its
+//! budget. When the blocks pass the capacity the oldest segment is reclaimed: a block read since
+//! it was written is copied forward (written again at the head), the others are dropped.
+//! Hits are the present prefix of each request; the missing blocks after it are written.
+//!
+//! With admission, a block seen for the first time is not written to the SSD log: it waits in a
+//! DRAM tier of a tenth of the capacity (LRU), and a ghost remembers its key for twice the
+//! capacity in blocks. It is written when asked for while in the DRAM tier (a hit there), or
+//! when published again while the ghost remembers it. Without admission there is no DRAM tier
+//! in the model: the store's DRAM tier holds copies of SSD records, which add no hits.
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+
+/// Segments per capacity, as the store's budget.
+const SEGMENTS: usize = orbitkv_store::SEGMENTS_PER_BUDGET as usize;
+
+/// What one run of the model measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Modelled {
+    /// Blocks referenced.
+    pub block_refs: u64,
+    /// Blocks hit (the present prefix of each request, either tier).
+    pub hits: u64,
+    /// Blocks written to the SSD log, copies forward included.
+    pub ssd_writes: u64,
+}
+
+impl Modelled {
+    /// Hits per reference.
+    pub(crate) fn hit_ratio(&self) -> f64 {
+        if self.block_refs == 0 {
+            0.0
+        } else {
+            self.hits as f64 / self.block_refs as f64
+        }
+    }
+
+    /// SSD blocks written per block hit (the same as bytes per byte: blocks are one size);
+    /// `None` without hits.
+    pub(crate) fn writes_per_hit(&self) -> Option<f64> {
+        (self.hits > 0).then(|| self.ssd_writes as f64 / self.hits as f64)
+    }
+}
+
+/// The SSD log: segments of block ids, oldest first, the last one active.
+struct Log {
+    segment_blocks: usize,
+    capacity: usize,
+    segments: VecDeque<(u64, Vec<u64>)>,
+    next_segment: u64,
+    /// Each present block's segment.
+    at: HashMap<u64, u64>,
+    read: HashSet<u64>,
+    blocks: usize,
+    writes: u64,
+}
+
+impl Log {
+    fn new(capacity: usize) -> Self {
+        Self {
+            segment_blocks: (capacity / SEGMENTS).max(1),
+            capacity,
+            segments: VecDeque::new(),
+            next_segment: 0,
+            at: HashMap::new(),
+            read: HashSet::new(),
+            blocks: 0,
+            writes: 0,
+        }
+    }
+
+    fn append(&mut self, id: u64) {
+        let full = self
+            .segments
+            .back()
+            .is_none_or(|(_, s)| s.len() >= self.segment_blocks);
+        if full {
+            self.segments.push_back((self.next_segment, Vec::new()));
+            self.next_segment += 1;
+        }
+        if let Some((seg, blocks)) = self.segments.back_mut() {
+            blocks.push(id);
+            self.at.insert(id, *seg);
+        }
+        self.blocks += 1;
+        self.writes += 1;
+    }
+
+    /// Writes `id` and reclaims the oldest sealed segments while the log is over capacity.
+    fn write(&mut self, id: u64) {
+        self.append(id);
+        while self.blocks > self.capacity && self.segments.len() > 1 {
+            let Some((seg, blocks)) = self.segments.pop_front() else {
+                break;
+            };
+            self.blocks -= blocks.len();
+            for b in blocks {
+                if self.at.get(&b) != Some(&seg) {
+                    continue;
+                }
+                if self.read.remove(&b) {
+                    self.append(b);
+                } else {
+                    self.at.remove(&b);
+                }
+            }
+        }
+    }
+}
+
+/// First-time blocks waiting for admission, and the ghost of their keys.
+struct Admission {
+    dram: HashMap<u64, u64>,
+    dram_order: BTreeSet<(u64, u64)>,
+    dram_blocks: usize,
+    ghost: HashSet<u64>,
+    ghost_order: VecDeque<u64>,
+    ghost_blocks: usize,
+    tick: u64,
+}
+
+impl Admission {
+    fn new(capacity: usize) -> Self {
+        Self {
+            dram: HashMap::new(),
+            dram_order: BTreeSet::new(),
+            dram_blocks: (capacity / 10).max(1),
+            ghost: HashSet::new(),
+            ghost_order: VecDeque::new(),
+            ghost_blocks: 2 * capacity.max(1),
+            tick: 0,
+        }
+    }
+
+    fn take(&mut self, id: u64) -> bool {
+        match self.dram.remove(&id) {
+            Some(t) => {
+                self.dram_order.remove(&(t, id));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether `id` is to be written now (the ghost remembered it); else it waits in DRAM.
+    fn publish(&mut self, id: u64) -> bool {
+        if self.ghost.remove(&id) {
+            return true;
+        }
+        self.tick += 1;
+        self.dram.insert(id, self.tick);
+        self.dram_order.insert((self.tick, id));
+        while self.dram.len() > self.dram_blocks {
+            let Some((_, old)) = self.dram_order.pop_first() else {
+                break;
+            };
+            self.dram.remove(&old);
+        }
+        if self.ghost.insert(id) {
+            self.ghost_order.push_back(id);
+        }
+        while self.ghost_order.len() > self.ghost_blocks {
+            if let Some(old) = self.ghost_order.pop_front() {
+                self.ghost.remove(&old);
+            }
+        }
+        false
+    }
+}
+
+/// Runs the model of `fifo-reinsert` over `trace` at `capacity` blocks, with or without
+/// admission.
+pub(crate) fn fifo_reinsert(trace: &[Vec<u64>], capacity: usize, admission: bool) -> Modelled {
+    let mut log = Log::new(capacity.max(1));
+    let mut adm = admission.then(|| Admission::new(capacity));
+    let mut out = Modelled {
+        block_refs: 0,
+        hits: 0,
+        ssd_writes: 0,
+    };
+    for ids in trace {
+        out.block_refs += ids.len() as u64;
+        let present = |log: &Log, adm: &Option<Admission>, id: &u64| -> bool {
+            log.at.contains_key(id) || adm.as_ref().is_some_and(|a| a.dram.contains_key(id))
+        };
+        let hit = ids.iter().take_while(|id| present(&log, &adm, id)).count();
+        out.hits += hit as u64;
+        for (i, &id) in ids.iter().enumerate() {
+            if i < hit {
+                if adm.as_mut().is_some_and(|a| a.take(id)) {
+                    // Asked for again while waiting in DRAM: admitted.
+                    log.write(id);
+                } else if log.at.contains_key(&id) {
+                    log.read.insert(id);
+                }
+            } else if !present(&log, &adm, &id) {
+                let now = adm.as_mut().is_none_or(|a| a.publish(id));
+                if now {
+                    log.write(id);
+                }
+            }
+        }
+    }
+    out.ssd_writes = log.writes;
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_blocks_are_copied_forward_and_unread_ones_dropped() {
+        // Capacity 64: segments of one block. Block 1 is read, 2 is not; 64 more fill the log.
+        let mut trace = vec![vec![1], vec![2], vec![1]];
+        trace.extend((100..164).map(|i| vec![i]));
+        trace.push(vec![1]);
+        trace.push(vec![2]);
+        let m = fifo_reinsert(&trace, 64, false);
+        // Hits: block 1 twice (its second read finds the copy); block 2 was dropped.
+        assert_eq!(m.hits, 2);
+        // Writes: 66 first writes, block 1 once more (copied), block 2 again (missed).
+        assert_eq!(m.ssd_writes, 66 + 1 + 1);
+    }
+
+    #[test]
+    fn admission_writes_a_block_only_once_it_comes_back() {
+        // One-shot blocks are never written; a block asked for again is.
+        let mut trace: Vec<Vec<u64>> = (0..50).map(|i| vec![i]).collect();
+        trace.push(vec![49]);
+        let m = fifo_reinsert(&trace, 100, true);
+        assert_eq!(m.hits, 1, "block 49 waits in the DRAM tier of 10 blocks");
+        assert_eq!(m.ssd_writes, 1, "and is admitted when asked for");
+        let m = fifo_reinsert(&trace, 100, false);
+        assert_eq!((m.hits, m.ssd_writes), (1, 50));
+        // Published again after leaving DRAM, while the ghost remembers it: written.
+        let mut trace: Vec<Vec<u64>> = (0..50).map(|i| vec![i]).collect();
+        trace.push(vec![0]);
+        let m = fifo_reinsert(&trace, 100, true);
+        assert_eq!((m.hits, m.ssd_writes), (0, 1));
+    }
+
+    #[test]
+    fn on_generated_traffic_admission_spares_writes() {
+        use crate::tracegen::{Params, Shape, generate};
+        let trace = |shape| -> Vec<Vec<u64>> {
+            generate(&Params::new(shape, 1, 1_000))
+                .into_iter()
+                .map(|r| r.hash_ids)
+                .collect()
+        };
+        let one_shot = trace(Shape::OneShot);
+        let m = fifo_reinsert(&one_shot, 1_000, true);
+        assert_eq!((m.hits, m.ssd_writes), (0, 0), "nothing comes back");
+        let turns = trace(Shape::MultiTurn);
+        let (off, on) = (
+            fifo_reinsert(&turns, 2_000, false),
+            fifo_reinsert(&turns, 2_000, true),
+        );
+        assert_eq!(off.block_refs, on.block_refs);
+        assert!(off.hits > 0 && on.hits > 0);
+        assert!(on.ssd_writes < off.ssd_writes, "{on:?} {off:?}");
+    }
+}
