@@ -66,7 +66,7 @@ impl StoreConfig {
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
         Self {
             data_dir: data_dir.into(),
-            segment_bytes: 256 << 20,
+            segment_bytes: DEFAULT_SEGMENT_BYTES,
             alignment: Alignment::Packed,
             compression: Compression::None,
             durability: Durability::EveryPut,
@@ -80,6 +80,8 @@ impl StoreConfig {
     }
 }
 
+/// The segment size of [`StoreConfig::new`].
+pub const DEFAULT_SEGMENT_BYTES: u64 = 256 << 20;
 /// Largest segment size accepted: index entries address offsets below 32 GiB, and a segment
 /// may exceed its size by one bundle.
 pub const MAX_SEGMENT_BYTES: u64 = 16 << 30;
@@ -92,8 +94,8 @@ pub const MIN_SSD_BYTES: u64 = 1 << 20;
 /// of the hit ratio of finer segments, 1/8 loses 2–6%).
 pub const SEGMENTS_PER_BUDGET: u64 = 64;
 /// The SSD budget under which the segments hold `records` records of `payload_len` bytes each
-/// (one namespace per segment) on average over reclaim cycles, at `alignment`, with segments of
-/// a [`SEGMENTS_PER_BUDGET`]th of the budget (budgets up to 16 GiB at the default segment size).
+/// (one namespace per segment) on average over reclaim cycles, at `alignment` and the default
+/// segment size (a [`SEGMENTS_PER_BUDGET`]th of the budget at most).
 ///
 /// A record takes its frame and its footer entry; each segment adds a header, a footer and a
 /// trailer, and seals early by the room its footer would need for one more record. A cache
@@ -118,18 +120,21 @@ pub fn ssd_bytes_holding(records: u64, payload_len: u64, alignment: Alignment) -
 /// Records of `payload_len` bytes an SSD budget of `budget` bytes holds on average over
 /// reclaim cycles (the inverse of [`ssd_bytes_holding`]).
 pub fn ssd_records_held(budget: u64, payload_len: u64, alignment: Alignment) -> u64 {
-    let segment = (budget / SEGMENTS_PER_BUDGET).max(8 << 10);
+    // No record is larger than a segment: this bounds every product below.
+    let payload_len = payload_len.min(MAX_SEGMENT_BYTES);
+    let segment = (budget / SEGMENTS_PER_BUDGET).clamp(8 << 10, DEFAULT_SEGMENT_BYTES);
     let per_segment = records_per_segment(segment, payload_len, alignment);
     let file = sealed_file_bytes(per_segment, payload_len, alignment);
     // Reclaim frees a whole segment: on average half of one is free.
-    (2 * budget).saturating_sub(file) / (2 * file) * per_segment
+    let segments = budget.saturating_sub(file / 2) / file.max(1);
+    segments.saturating_mul(per_segment)
 }
 
 /// Records of `payload_len` bytes a segment of `segment_bytes` takes before it seals (the seal
 /// check keeps room for the footer of one more record, with a namespace summary per entry).
 fn records_per_segment(segment_bytes: u64, payload_len: u64, alignment: Alignment) -> u64 {
     let unit = alignment.unit() as u64;
-    let frame = alignment.round_up(FRAME_HEADER_LEN + payload_len as usize) as u64;
+    let frame = frame_bytes(payload_len, alignment);
     let entry = (INDEX_ENTRY_LEN + NAMESPACE_SUMMARY_LEN) as u64;
     let first = SEGMENT_HEADER_LEN as u64
         + (FRAME_HEADER_LEN as u64 + payload_len + unit)
@@ -139,9 +144,15 @@ fn records_per_segment(segment_bytes: u64, payload_len: u64, alignment: Alignmen
     1 + segment_bytes.saturating_sub(first) / (frame + entry)
 }
 
+/// Bytes of one record's frame: its header and payload, padded to the alignment.
+fn frame_bytes(payload_len: u64, alignment: Alignment) -> u64 {
+    let unit = alignment.unit() as u64;
+    (FRAME_HEADER_LEN as u64 + payload_len).div_ceil(unit) * unit
+}
+
 /// Bytes of a sealed segment file holding `records` records of `payload_len` bytes.
 fn sealed_file_bytes(records: u64, payload_len: u64, alignment: Alignment) -> u64 {
-    let frame = alignment.round_up(FRAME_HEADER_LEN + payload_len as usize) as u64;
+    let frame = frame_bytes(payload_len, alignment);
     SEGMENT_HEADER_LEN as u64
         + records * (frame + INDEX_ENTRY_LEN as u64)
         + (FOOTER_FIXED_LEN + NAMESPACE_SUMMARY_LEN + 4 + TRAILER_LEN) as u64
@@ -149,3 +160,29 @@ fn sealed_file_bytes(records: u64, payload_len: u64, alignment: Alignment) -> u6
 
 /// After the disk reported no space, puts are refused for this long before one is tried again.
 pub const NO_SPACE_RETRY: Duration = Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets_past_the_segment_cap_and_absurd_inputs_stay_sane() {
+        // 1 TiB of 16 KiB records in 256 MiB segments: the segments' fixed bytes cost under
+        // half a percent beside the records' frames and footer entries.
+        let budget = 1u64 << 40;
+        let held = ssd_records_held(budget, 16 << 10, Alignment::Packed);
+        let ideal = budget / ((16 << 10) + (FRAME_HEADER_LEN + INDEX_ENTRY_LEN) as u64);
+        assert!(
+            held < ideal && held > ideal * 995 / 1000,
+            "{held} of {ideal}"
+        );
+        assert_eq!(
+            ssd_bytes_holding(held, 16 << 10, Alignment::Packed).div_ceil(1 << 30),
+            1 << 10
+        );
+        // Nothing overflows or panics.
+        let _ = ssd_records_held(u64::MAX, u64::MAX, Alignment::Direct);
+        let _ = ssd_records_held(0, 0, Alignment::Packed);
+        assert!(ssd_bytes_holding(0, 4096, Alignment::Packed) >= MIN_SSD_BYTES);
+    }
+}

@@ -67,8 +67,8 @@ use orbitkv_wal::{ManifestRecord, NamespaceInfo, SegmentState};
 use crate::active::{Active, SegmentFile};
 pub use crate::compactor::{CompactReport, SegmentStat};
 pub use crate::config::{
-    Durability, MAX_BUNDLE_BYTES, MAX_SEGMENT_BYTES, MIN_SSD_BYTES, NO_SPACE_RETRY,
-    SEGMENTS_PER_BUDGET, StoreConfig, ssd_bytes_holding, ssd_records_held,
+    DEFAULT_SEGMENT_BYTES, Durability, MAX_BUNDLE_BYTES, MAX_SEGMENT_BYTES, MIN_SSD_BYTES,
+    NO_SPACE_RETRY, SEGMENTS_PER_BUDGET, StoreConfig, ssd_bytes_holding, ssd_records_held,
 };
 pub use crate::dir::Layout;
 use crate::dram::DramTier;
