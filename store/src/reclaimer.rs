@@ -16,7 +16,7 @@
 //!
 //! The default is the policy whose worst cell is best in the policy matrix (every generated
 //! workload shape and the shared trace, 5–50 % of their distinct blocks, against per-block LRU):
-//! S3-FIFO wins on the shared trace but loses up to 15 % on multi-turn conversations
+//! S3-FIFO wins on the shared trace but loses up to 26 % on multi-turn conversations
 //! (docs/performance.md has the numbers and the command).
 
 use std::collections::HashSet;
