@@ -19,7 +19,9 @@
 //! Run: `cargo bench -p orbitkv-benches --bench group_commit` (environment:
 //! `ORBITKV_BENCH_ROUNDS`, default 5; `ORBITKV_BENCH_DIR`, default a temporary directory under
 //! `target/`, which must take O_DIRECT; `ORBITKV_BENCH_PUBLISHERS`, default `1,2,8`;
-//! `ORBITKV_BENCH_BEHIND=0` skips `behind`, to profile one part alone). Not a CI gate:
+//! `ORBITKV_BENCH_BEHIND=0` skips `behind`, to profile one part alone;
+//! `ORBITKV_BENCH_NULL_DISK=1` drops the daemon's payload writes before they reach the disk,
+//! to measure its own ceiling against the same raw baselines). Not a CI gate:
 //! docs/performance.md records results.
 
 #![expect(
@@ -204,8 +206,16 @@ fn main() {
     );
     std::fs::create_dir_all(&base).unwrap();
     let tmp = tempfile::tempdir_in(&base).unwrap();
-    let d = Daemon::start(tmp.path(), DRAM_BYTES);
-    println!("group-commit bench: {reps} interleaved repetitions");
+    let null_disk = env_u64("ORBITKV_BENCH_NULL_DISK", 0) != 0;
+    let d = Daemon::start_on(tmp.path(), DRAM_BYTES, null_disk);
+    println!(
+        "group-commit bench: {reps} interleaved repetitions{}",
+        if null_disk {
+            "; the daemon's payload writes dropped before the disk (its own ceiling)"
+        } else {
+            ""
+        }
+    );
     let publisher_counts = env_list("ORBITKV_BENCH_PUBLISHERS", &[1, 2, 8]);
     if env_u64("ORBITKV_BENCH_BEHIND", 1) != 0 {
         behind(&d, reps);

@@ -1,6 +1,7 @@
 //! Shared bench support: a recorder that keeps the per-iteration times criterion measured through
 //! `iter_custom`, so each bench can print its subject/baseline ratio from the same run.
 
+pub mod null_disk;
 pub mod raw_uring;
 
 use std::collections::BTreeMap;
@@ -175,15 +176,26 @@ pub struct Daemon {
 
 impl Daemon {
     /// Starts one on a store in `dir/data`.
+    pub fn start(dir: &std::path::Path, dram_bytes: u64) -> Self {
+        Self::start_on(dir, dram_bytes, false)
+    }
+
+    /// As [`Daemon::start`]; with `null_disk`, the store's payload writes never reach the disk
+    /// ([`null_disk::NullDisk`]).
     #[expect(
         clippy::unwrap_used,
         reason = "a benchmark harness: a failed setup step ends the run"
     )]
-    pub fn start(dir: &std::path::Path, dram_bytes: u64) -> Self {
+    pub fn start_on(dir: &std::path::Path, dram_bytes: u64, null_disk: bool) -> Self {
         use orbitkv_store::{Durability, StateStore, StoreConfig};
         let data = dir.join("data");
         std::fs::create_dir_all(&data).unwrap();
         let (io, direct) = orbitkv_store::io::default_for(&data);
+        let io: std::sync::Arc<dyn orbitkv_store::io::Io> = if null_disk {
+            std::sync::Arc::new(null_disk::NullDisk(io))
+        } else {
+            io
+        };
         let mut c = StoreConfig::new(&data);
         c.durability = Durability::Group;
         if direct {
