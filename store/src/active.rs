@@ -95,6 +95,10 @@ pub(crate) const WRITE_BEHIND: usize = 2 << 20;
 /// encodes its next bundle while the device takes the previous ones.
 pub(crate) const WRITES_IN_FLIGHT: usize = 4;
 
+/// How far past the appends a direct segment's file size is set at a time
+/// ([`Active::size_ahead`]).
+pub(crate) const SIZE_AHEAD: u64 = 64 << 20;
+
 /// Buffers of completed writes, kept for the next encode or write-behind tail (so a put neither
 /// allocates nor faults in fresh pages).
 static SPARE_BUFFERS: Mutex<Vec<(Vec<u8>, usize)>> = Mutex::new(Vec::new());
@@ -174,6 +178,10 @@ pub(crate) struct Active {
     scratch: (Vec<u8>, usize),
     /// Blocks were reserved past the end ([`IoFile::preallocate`]); sealing releases them.
     pub(crate) preallocated: bool,
+    /// Bytes reserved from the file's start at creation (0: unknown, as after a restart).
+    pub(crate) reserved: u64,
+    /// The file size set ahead of the appends ([`Active::size_ahead`]); 0 before any.
+    sized_len: u64,
 }
 
 /// Encode buffers larger than this are not kept between appends.
@@ -201,6 +209,8 @@ impl Active {
             compression,
             scratch: (Vec::new(), 0),
             preallocated: false,
+            reserved: 0,
+            sized_len: 0,
         })
     }
 
@@ -226,6 +236,8 @@ impl Active {
             scratch: (Vec::new(), 0),
             // It may have been preallocated before the restart.
             preallocated: true,
+            reserved: 0,
+            sized_len: 0,
         }
     }
 
@@ -437,6 +449,7 @@ impl Active {
     /// Starts the write of `buf` (already listed in flight) at `offset`. On failure it stays
     /// listed until the caller's failure policy drops the tail ([`Active::drop_pending`]).
     fn submit_listed(&mut self, buf: Arc<WriteBuf>, offset: u64) -> Result<()> {
+        self.size_ahead(offset + buf.len() as u64);
         match self.seg.file.submit_write(&buf, offset) {
             Ok(false) => Ok(()),
             Ok(true) => {
@@ -446,6 +459,33 @@ impl Active {
             }
             Err(e) => Err(io_err(&self.seg.path, "write")(e)),
         }
+    }
+
+    /// Before a direct write that would end past the file's size, sets the size
+    /// [`SIZE_AHEAD`] bytes further, within the blocks reserved at creation. ext4 runs a direct
+    /// write that extends its file to completion before the next starts; a write inside the
+    /// size runs beside the others. Sealing sets the exact size. A refusal only costs speed: it
+    /// is logged, and the segment appends as before.
+    fn size_ahead(&mut self, end: u64) {
+        if self.header.alignment != Alignment::Direct
+            || end <= self.sized_len
+            || end >= self.reserved
+        {
+            return;
+        }
+        let target = end.saturating_add(SIZE_AHEAD).min(self.reserved);
+        match self.seg.file.set_len(target) {
+            Ok(()) => self.sized_len = target,
+            Err(e) => {
+                tracing::debug!(segment = self.seg.id, "cannot size the segment ahead: {e}");
+                self.reserved = 0;
+            }
+        }
+    }
+
+    /// Whether the file's size was set ahead of the appends.
+    pub(crate) fn sized_ahead(&self) -> bool {
+        self.sized_len > 0
     }
 
     /// Waits, if needed, until fewer than [`WRITES_IN_FLIGHT`] writes are in flight.

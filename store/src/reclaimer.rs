@@ -163,6 +163,16 @@ impl StateStore {
     /// The size of open segment `seg`'s file; when it cannot be read, what is known of it
     /// (counted and logged).
     pub(crate) fn size_or_known(&self, w: &Writer, seg: &SegmentFile) -> u64 {
+        // A segment whose file is sized ahead of its appends counts its appends, as it would
+        // unsized: the rest is reserved space, like a preallocation past the end.
+        if let Some(a) = w
+            .active
+            .iter()
+            .flatten()
+            .find(|a| a.seg.id == seg.id && a.sized_ahead())
+        {
+            return a.len;
+        }
         match seg.file.size() {
             Ok(n) => n,
             Err(e) => {

@@ -95,6 +95,9 @@ impl StateStore {
         };
         let mut active = Active::create(header, seg, self.config.compression)?;
         active.preallocated = preallocated;
+        if preallocated {
+            active.reserved = self.config.segment_bytes;
+        }
         active.sync()?;
         self.io
             .sync_dir(&self.layout.segments())
