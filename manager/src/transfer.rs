@@ -589,7 +589,8 @@ pub const BUNDLE_FRAMES: usize = 1024;
 
 /// Puts `records` into bundles of at most [`COMMIT_BUNDLE_BYTES`] of payload (and half a
 /// segment, and [`BUNDLE_FRAMES`] records) across publishers, each handed to `each` at once
-/// (encoded by the calling thread where the store does not write frames as built); stops when
+/// (made ready by the calling thread: encoded where the store does not write frames as built,
+/// their frames gathered into one write buffer where it writes them direct); stops when
 /// `each` returns false.
 pub fn bundle_records(
     store: &StateStore,
@@ -612,13 +613,16 @@ pub fn bundle_records(
             bytes += r.3.payload().len();
             records.push(r);
         }
-        let prepared = (!store.takes_frames()).then(|| {
+        let prepared = if store.takes_frames() {
+            let frames: Vec<&FrameBuf> = records.iter().map(|r| &r.3).collect();
+            store.gather(&frames).map(Ok)
+        } else {
             let views: Vec<(RecordMeta, &[u8])> = records
                 .iter()
                 .map(|(_, _, m, b)| (m.clone(), b.payload()))
                 .collect();
-            store.prepare(&views)
-        });
+            Some(store.prepare(&views))
+        };
         if !each(Bundle { records, prepared }) {
             return;
         }

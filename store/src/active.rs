@@ -18,7 +18,7 @@ use orbitkv_state::StateKey;
 
 use crate::error::{Result, io_err};
 use crate::framed::FrameBuf;
-use crate::io::aligned::aligned_vec;
+use crate::io::aligned::write_vec;
 use crate::io::{IoFile, WriteBuf};
 
 /// An open segment file, shared by readers.
@@ -123,6 +123,63 @@ fn take_spare(capacity: usize, alignment: Alignment) -> Option<(Vec<u8>, usize)>
     let (mut b, pad) = spares.swap_remove(i);
     b.truncate(pad);
     Some((b, pad))
+}
+
+/// Frames copied one after another into one direct write buffer (a spare, or a new one advised
+/// for huge pages; see [`crate::StateStore::gather`]), headers not yet stamped.
+pub(crate) struct Gathered {
+    bytes: Vec<u8>,
+    pad: usize,
+    /// Each frame's length and payload CRC, in order.
+    frames: Vec<(usize, u32)>,
+}
+
+impl Gathered {
+    /// Copies `frames` (finished), `len` bytes in all.
+    pub(crate) fn new<'a>(frames: impl Iterator<Item = &'a FrameBuf>, len: usize) -> Self {
+        let (mut bytes, pad) = take_spare(len, Alignment::Direct).unwrap_or_else(|| write_vec(len));
+        let mut held = Vec::new();
+        for f in frames {
+            bytes.extend_from_slice(f.frame());
+            held.push((f.frame().len(), f.crc()));
+        }
+        Self {
+            bytes,
+            pad,
+            frames: held,
+        }
+    }
+
+    /// Copies the parts of `buf` (frames stamped already) into one buffer.
+    fn of(buf: &WriteBuf) -> WriteBuf {
+        let len = buf.len();
+        let (mut bytes, pad) = take_spare(len, Alignment::Direct).unwrap_or_else(|| write_vec(len));
+        for part in buf.parts() {
+            bytes.extend_from_slice(part);
+        }
+        WriteBuf::new(bytes, pad)
+    }
+
+    /// Whether it holds exactly these frames, in order (by length and payload CRC).
+    fn holds(&self, frames: &[Arc<FrameBuf>]) -> bool {
+        self.frames.len() == frames.len()
+            && self
+                .frames
+                .iter()
+                .zip(frames)
+                .all(|(held, f)| *held == (f.frame().len(), f.crc()))
+    }
+
+    /// Copies each frame's header, stamped since, over its place; returns the write buffer.
+    fn stamped(mut self, frames: &[Arc<FrameBuf>]) -> WriteBuf {
+        let mut at = self.pad;
+        for f in frames {
+            let frame = f.frame();
+            self.bytes[at..at + FRAME_HEADER_LEN].copy_from_slice(&frame[..FRAME_HEADER_LEN]);
+            at += frame.len();
+        }
+        WriteBuf::new(self.bytes, self.pad)
+    }
 }
 
 /// Keeps the buffer of a completed write, when nothing else holds it.
@@ -273,7 +330,7 @@ impl Active {
                 kept.truncate(pad);
                 (kept, pad)
             }
-            _ if self.header.alignment == Alignment::Direct => aligned_vec(total),
+            _ if self.header.alignment == Alignment::Direct => write_vec(total),
             _ => (Vec::with_capacity(total), 0),
         };
         let mut out = Vec::with_capacity(records.len());
@@ -340,14 +397,17 @@ impl Active {
 
     /// Appends records whose frames were built in place (each [`FrameBuf::framed_for`] this
     /// segment, see [`Active::takes_frames`]): stamps each header with this segment's sequence
-    /// and the record sequences from `first_sequence`, then writes the frames out of their own
-    /// buffers, one vectored write — or, when `coalesce` and they are small, copies them to the
-    /// write-behind tail. Returns their entries and the frames (shared with a write in flight).
+    /// and the record sequences from `first_sequence`, then writes the frames in one write — out
+    /// of `gathered` when it holds exactly these frames (their stamped headers copied into it),
+    /// else out of their own buffers (gathered here on a direct segment) — or, when `coalesce`
+    /// and they are small, copies them to the write-behind tail. Returns their entries and the
+    /// frames.
     pub(crate) fn append_frames(
         &mut self,
         records: Vec<(RecordMeta, FrameBuf)>,
         first_sequence: u64,
         coalesce: bool,
+        gathered: Option<Gathered>,
     ) -> Result<(Vec<IndexEntry>, Vec<Arc<FrameBuf>>)> {
         let mut out = Vec::with_capacity(records.len());
         let mut frames = Vec::with_capacity(records.len());
@@ -358,7 +418,16 @@ impl Active {
             at += frame.frame().len() as u64;
             frames.push(Arc::new(frame));
         }
-        self.write_region(WriteBuf::frames(frames.clone()), coalesce)?;
+        let buf = match gathered {
+            Some(g) if g.holds(&frames) => g.stamped(&frames),
+            _ => WriteBuf::frames(frames.clone()),
+        };
+        if let Some(done) = self.write_region(buf, coalesce)?
+            && !done.is_frames()
+        {
+            let (b, pad) = done.into_parts();
+            keep_spare(b, pad);
+        }
         self.entries.extend(out.iter().cloned());
         Ok((out, frames))
     }
@@ -378,7 +447,7 @@ impl Active {
                         let want = WRITE_BEHIND + COALESCE_BELOW;
                         let (b, pad) = match take_spare(want, self.header.alignment) {
                             Some(spare) => spare,
-                            None if self.header.alignment == Alignment::Direct => aligned_vec(want),
+                            None if self.header.alignment == Alignment::Direct => write_vec(want),
                             None => (Vec::with_capacity(want), 0),
                         };
                         (p.bytes, p.pad) = (b, pad);
@@ -407,6 +476,11 @@ impl Active {
             // Written asynchronously from the buffer itself; readers find the frames in it
             // until the write is known complete.
             self.bound_in_flight()?;
+            let buf = match self.header.alignment {
+                // Frames not gathered beforehand: here, under the writer's lock.
+                Alignment::Direct if buf.is_frames() => Gathered::of(&buf),
+                _ => buf,
+            };
             let buf = Arc::new(buf);
             self.list_in_flight(self.len, &buf);
             self.submit_listed(buf, self.len)?;
@@ -737,7 +811,7 @@ impl Encoded {
             // The thread's buffer went to a write in flight: one a completed write gave back.
             _ => match take_spare(total, alignment) {
                 Some(spare) => spare,
-                None if alignment == Alignment::Direct => aligned_vec(total),
+                None if alignment == Alignment::Direct => write_vec(total),
                 None => (Vec::with_capacity(total), 0),
             },
         };
@@ -775,5 +849,33 @@ impl Encoded {
     /// one thread encoded and another appended.
     pub(crate) fn recycle_shared(self) {
         keep_spare(self.buf, self.pad);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_gathered_into_one_direct_buffer_in_order() {
+        let frames: Vec<Arc<FrameBuf>> = [1u8, 2, 3]
+            .into_iter()
+            .map(|byte| {
+                let len = 10_000 * usize::from(byte);
+                let mut f = FrameBuf::new();
+                let v = f.begin(Alignment::Direct, len);
+                v.resize(v.len() + len, 0);
+                Arc::new(FrameBuf::framed_test(f, byte))
+            })
+            .collect();
+        let expected: Vec<u8> = frames.iter().flat_map(|f| f.frame().to_vec()).collect();
+        let gathered = Gathered::of(&WriteBuf::frames(frames));
+        let parts: Vec<&[u8]> = gathered.parts().collect();
+        assert_eq!(parts.len(), 1, "one buffer");
+        assert_eq!(parts[0], expected.as_slice());
+        assert!(
+            (parts[0].as_ptr() as usize).is_multiple_of(crate::io::aligned::DIRECT_ALIGN),
+            "a direct write's buffer"
+        );
     }
 }

@@ -128,6 +128,11 @@ impl FrameBuf {
     }
 
     /// The frame: header, payload, fill.
+    /// The payload's CRC32C, taken by [`FrameBuf::finish`].
+    pub(crate) fn crc(&self) -> u32 {
+        self.crc
+    }
+
     pub(crate) fn frame(&self) -> &[u8] {
         &self.bytes[self.pad..]
     }

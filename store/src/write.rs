@@ -19,7 +19,7 @@ use orbitkv_segments::{
 use orbitkv_state::StateKey;
 use orbitkv_wal::{ManifestRecord, SegmentCreated, SegmentSealed};
 
-use crate::active::{Active, Encoded, SegmentFile};
+use crate::active::{Active, Encoded, Gathered, SegmentFile};
 use crate::error::{Error, Result, WriteRefusal, io_err};
 use crate::framed::FrameBuf;
 use crate::ghost::fingerprint;
@@ -29,10 +29,18 @@ use crate::reclaimer::{Log, Policy};
 use crate::stats::Stats;
 use crate::{Durability, MAX_BUNDLE_BYTES, NO_SPACE_RETRY, StateStore, Writer};
 
-/// A bundle encoded by [`StateStore::prepare`], waiting for [`StateStore::put_frames`].
+/// A bundle made ready for [`StateStore::put_frames`] without the writer's lock: encoded from
+/// its payloads ([`StateStore::prepare`]) or its frames gathered into one write buffer
+/// ([`StateStore::gather`]).
 pub struct Prepared {
-    enc: Encoded,
+    ready: Ready,
     records: usize,
+}
+
+/// How a [`Prepared`] bundle was made ready.
+enum Ready {
+    Encoded(Encoded),
+    Gathered(Gathered),
 }
 
 /// Takes `records`' frames, each beside its key, shared (for the DRAM tier).
@@ -291,9 +299,9 @@ impl StateStore {
                 durable: true,
             });
         }
-        let mut prepared = self.prepare(records)?;
-        let receipt = self.put_encoded(records, &mut prepared.enc, true);
-        prepared.enc.recycle();
+        let mut enc = self.encode(records)?;
+        let receipt = self.put_encoded(records, &mut enc, true);
+        enc.recycle();
         receipt
     }
 
@@ -303,6 +311,37 @@ impl StateStore {
     /// so that one thread encodes the next bundle while another appends the last. Refuses the
     /// bundle as [`StateStore::put`] would for its sizes.
     pub fn prepare(&self, records: &[(RecordMeta, &[u8])]) -> Result<Prepared> {
+        Ok(Prepared {
+            ready: Ready::Encoded(self.encode(records)?),
+            records: records.len(),
+        })
+    }
+
+    /// Gathers the frames of a bundle for [`StateStore::put_frames`] into one direct write
+    /// buffer, by the calling thread without the writer's lock (so one thread gathers the next
+    /// bundle while another appends the last). `None` where the store would not write them from
+    /// one buffer: frames not built for its direct segments, or together smaller than the
+    /// write-behind tail takes. Each frame has its own buffer, in 4 KiB pages scattered in
+    /// physical memory, and a direct write reaches a virtual disk as one segment per page: on
+    /// this project's test disk a third slower than the same bytes from a few huge pages
+    /// (docs/performance.md).
+    pub fn gather(&self, frames: &[&FrameBuf]) -> Option<Prepared> {
+        let direct = self.config.alignment == Alignment::Direct && self.takes_frames();
+        let total: usize = frames.iter().map(|f| f.frame().len()).sum();
+        if !direct
+            || total < crate::active::COALESCE_BELOW
+            || !frames.iter().all(|f| f.framed_for(Alignment::Direct))
+        {
+            return None;
+        }
+        Some(Prepared {
+            ready: Ready::Gathered(Gathered::new(frames.iter().copied(), total)),
+            records: frames.len(),
+        })
+    }
+
+    /// Encodes `records` (see [`StateStore::prepare`]).
+    fn encode(&self, records: &[(RecordMeta, &[u8])]) -> Result<Encoded> {
         let mut total = 0u64;
         for (_, payload) in records {
             if payload.len() > orbitkv_segments::MAX_PAYLOAD_LEN {
@@ -319,10 +358,7 @@ impl StateStore {
                 "a bundle of {total} bytes exceeds {MAX_BUNDLE_BYTES}"
             )));
         }
-        Ok(Prepared {
-            enc: Encoded::new(records, self.config.alignment, self.config.compression)?,
-            records: records.len(),
-        })
+        Encoded::new(records, self.config.alignment, self.config.compression)
     }
 
     /// The alignment to build frames for ([`FrameBuf::begin`]), so that
@@ -344,9 +380,11 @@ impl StateStore {
 
     /// Appends records whose payloads are in [`FrameBuf`]s and indexes them, as
     /// [`StateStore::put`] does. Frames built for [`StateStore::frame_alignment`] are written
-    /// out of their own buffers, and the DRAM tier keeps those buffers: no payload byte is
-    /// copied. Otherwise they are encoded from their payloads (by `prepared`, from
-    /// [`StateStore::prepare`] over exactly these records, when given). On success `records`
+    /// as they are, and the DRAM tier keeps their buffers: on packed segments out of those
+    /// buffers, on direct ones gathered into one write buffer first (by `prepared`, from
+    /// [`StateStore::gather`] over exactly these frames, when given). Otherwise they are encoded
+    /// from their payloads (by `prepared`, from [`StateStore::prepare`] over exactly these
+    /// records, when given). On success `records`
     /// is emptied, and for each record comes back the memory of a copy the tier evicted for
     /// it, where there is one, for the caller's next copies; on a refusal before anything was
     /// written, `records` is left as it was.
@@ -372,7 +410,14 @@ impl StateStore {
                 .iter()
                 .all(|(_, f)| f.framed_for(self.config.alignment));
         let (receipt, frames) = if framed {
-            self.append_frames(records)?
+            let gathered = match prepared {
+                Some(Prepared {
+                    ready: Ready::Gathered(g),
+                    records: n,
+                }) if n == records.len() => Some(g),
+                _ => None,
+            };
+            self.append_frames(records, gathered)?
         } else {
             self.put_payloads(records, prepared)?
         };
@@ -407,12 +452,15 @@ impl StateStore {
                 .iter()
                 .map(|(m, f)| (m.clone(), f.payload()))
                 .collect();
-            let mut prepared = match prepared {
-                Some(p) if p.records == records.len() => p,
-                _ => self.prepare(&views)?,
+            let mut enc = match prepared {
+                Some(Prepared {
+                    ready: Ready::Encoded(e),
+                    records: n,
+                }) if n == records.len() => e,
+                _ => self.encode(&views)?,
             };
-            let r = self.put_encoded(&views, &mut prepared.enc, false);
-            prepared.enc.recycle_shared();
+            let r = self.put_encoded(&views, &mut enc, false);
+            enc.recycle_shared();
             r
         }?;
         Ok((receipt, keyed(records)))
@@ -484,6 +532,7 @@ impl StateStore {
     fn append_frames(
         &self,
         records: &mut Vec<(RecordMeta, FrameBuf)>,
+        gathered: Option<Gathered>,
     ) -> Result<(PutReceipt, Vec<(StateKey, Arc<FrameBuf>)>)> {
         let mut w = self.writer();
         let need = self.bundle_need(records.iter().map(|(_, f)| f.payload().len()));
@@ -500,8 +549,8 @@ impl StateStore {
         let before = active.len;
         let coalesce = self.config.durability != Durability::EveryPut;
         let metas: Vec<RecordMeta> = records.iter().map(|(m, _)| m.clone()).collect();
-        let (entries, frames) = match active.append_frames(std::mem::take(records), first, coalesce)
-        {
+        let appended = active.append_frames(std::mem::take(records), first, coalesce, gathered);
+        let (entries, frames) = match appended {
             Ok(x) => x,
             Err(e) => return Err(self.refuse_on(&mut w, e, log)),
         };

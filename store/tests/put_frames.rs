@@ -1,5 +1,6 @@
-//! `StateStore::put_frames`: records whose frames were built in place are written out of their
-//! own buffers (one vectored write) and kept by the DRAM tier as they are; every byte reads back
+//! `StateStore::put_frames`: records whose frames were built in place are kept by the DRAM tier
+//! as they are and written in one write (vectored out of their own buffers on packed segments,
+//! gathered into one buffer on direct ones); every byte reads back
 //! the same from the tier, from a write still in flight, from the file and after a reopen. A
 //! store that compresses encodes them from their payloads instead. A refused bundle is left to
 //! its caller.
@@ -83,26 +84,74 @@ fn frames_built_in_place_read_back_everywhere_and_after_a_reopen() {
 }
 
 #[test]
-fn frames_in_a_write_in_flight_are_read_from_their_buffers() {
+fn frames_in_a_write_in_flight_are_read_from_it() {
+    // Packed: one vectored write out of the frames' own buffers. Direct: the frames gathered
+    // into one write buffer, under the writer's lock or beforehand (`StateStore::gather`).
+    for (alignment, gather) in [
+        (Alignment::Packed, false),
+        (Alignment::Direct, false),
+        (Alignment::Direct, true),
+    ] {
+        let io = FaultIo::new();
+        let mut c = config(16 << 20, Durability::Manual);
+        c.dram_bytes = 0;
+        c.alignment = alignment;
+        let store = open_with(&io, c.clone());
+        io.set_plan(FaultPlan {
+            defer_writes: true,
+            ..FaultPlan::default()
+        });
+        // More than the write-behind tail takes: one write, left in flight.
+        let mut bundle = frames(&store, 2, 0, 8, 200_000);
+        let gathered = {
+            let views: Vec<&FrameBuf> = bundle.iter().map(|(_, f)| f).collect();
+            store.gather(&views)
+        };
+        assert_eq!(
+            gathered.is_some(),
+            alignment == Alignment::Direct,
+            "gathered only for direct segments"
+        );
+        store
+            .put_frames(&mut bundle, gathered.filter(|_| gather))
+            .unwrap();
+        all_read_back(&store, 2, 8, 200_000);
+        // A small bundle goes to the write-behind tail as a copy, never gathered beforehand.
+        let mut small = frames(&store, 2, 8, 9, 1000);
+        assert!(store.gather(&[&small[0].1]).is_none());
+        store.put_frames(&mut small, None).unwrap();
+        assert_eq!(check(&store, 2, 8, 1000), Some(true));
+        io.set_plan(FaultPlan::default());
+        store.sync().unwrap();
+        all_read_back(&store, 2, 8, 200_000);
+        drop(store);
+        let store = open_with(&io, c);
+        all_read_back(&store, 2, 8, 200_000);
+        assert_eq!(check(&store, 2, 8, 1000), Some(true));
+    }
+}
+
+#[test]
+fn frames_gathered_for_another_bundle_are_not_written() {
     let io = FaultIo::new();
     let mut c = config(16 << 20, Durability::Manual);
-    c.dram_bytes = 0;
-    let store = open_with(&io, c);
-    io.set_plan(FaultPlan {
-        defer_writes: true,
-        ..FaultPlan::default()
-    });
-    // More than the write-behind tail takes: one vectored write, left in flight.
-    let mut bundle = frames(&store, 2, 0, 8, 200_000);
-    store.put_frames(&mut bundle, None).unwrap();
-    all_read_back(&store, 2, 8, 200_000);
-    // A small bundle goes to the write-behind tail as a copy.
-    let mut small = frames(&store, 2, 8, 9, 1000);
-    store.put_frames(&mut small, None).unwrap();
-    assert_eq!(check(&store, 2, 8, 1000), Some(true));
-    io.set_plan(FaultPlan::default());
+    c.alignment = Alignment::Direct;
+    let store = open_with(&io, c.clone());
+    let other = frames(&store, 9, 0, 6, 200_000);
+    let views: Vec<&FrameBuf> = other.iter().map(|(_, f)| f).collect();
+    let stale = store.gather(&views).unwrap();
+    // Eight frames against a buffer of six, then six others of the same lengths: the store
+    // gathers them itself.
+    let mut bundle = frames(&store, 3, 0, 8, 200_000);
+    store.put_frames(&mut bundle, Some(stale)).unwrap();
+    let stale = store.gather(&views).unwrap();
+    let mut six = frames(&store, 3, 8, 14, 200_000);
+    store.put_frames(&mut six, Some(stale)).unwrap();
     store.sync().unwrap();
-    all_read_back(&store, 2, 8, 200_000);
+    drop(store);
+    let store = open_with(&io, c);
+    all_read_back(&store, 3, 14, 200_000);
+    assert_eq!(store.stats().checksum_failures, 0);
 }
 
 #[test]

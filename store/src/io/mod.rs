@@ -7,6 +7,7 @@
 pub mod aligned;
 #[cfg(any(test, feature = "fault-io"))]
 pub mod fault;
+pub mod madvise;
 pub mod std_io;
 pub mod uring;
 
