@@ -322,8 +322,8 @@ impl StateStore {
     /// bundle while another appends the last). `None` where the store would not write them from
     /// one buffer: frames not built for its direct segments, or together smaller than the
     /// write-behind tail takes. Each frame has its own buffer, in 4 KiB pages scattered in
-    /// physical memory, and a direct write reaches a virtual disk as one segment per page: on
-    /// this project's test disk a third slower than the same bytes from a few huge pages
+    /// physical memory, and a direct write from them reaches a virtual disk in hundreds of small
+    /// segments: on the disk measured, a third slower than the same bytes from a few huge pages
     /// (docs/performance.md).
     pub fn gather(&self, frames: &[&FrameBuf]) -> Option<Prepared> {
         let direct = self.config.alignment == Alignment::Direct && self.takes_frames();

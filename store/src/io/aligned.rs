@@ -27,7 +27,8 @@ pub fn aligned_vec(capacity: usize) -> (Vec<u8>, usize) {
 /// As [`aligned_vec`], for a buffer the device reads whole (a direct write of several
 /// frames): its bytes start on a huge-page boundary, and its whole huge pages are advised for
 /// transparent huge pages. A write from 4 KiB pages scattered in physical memory reaches a
-/// virtual disk as one segment per page, and runs about a third slower (docs/performance.md).
+/// virtual disk in hundreds of small segments, and ran about a third slower on the disk measured
+/// (docs/performance.md).
 /// The pad costs up to one huge page of memory.
 pub fn write_vec(capacity: usize) -> (Vec<u8>, usize) {
     use super::madvise::{HUGE_PAGE, advise_huge_pages};
