@@ -125,6 +125,24 @@ fn take_spare(capacity: usize, alignment: Alignment) -> Option<(Vec<u8>, usize)>
     Some((b, pad))
 }
 
+/// A buffer to write from, for `capacity` bytes after its pad: a spare, or a new one (for
+/// direct segments on huge pages, [`write_vec`]).
+fn write_buffer(capacity: usize, alignment: Alignment) -> (Vec<u8>, usize) {
+    take_spare(capacity, alignment).unwrap_or_else(|| match alignment {
+        Alignment::Direct => write_vec(capacity),
+        Alignment::Packed => (Vec::with_capacity(capacity), 0),
+    })
+}
+
+/// Copies `parts`, `len` bytes in all, one after another into one direct write buffer.
+fn gather_parts<'a>(parts: impl Iterator<Item = &'a [u8]>, len: usize) -> (Vec<u8>, usize) {
+    let (mut bytes, pad) = write_buffer(len, Alignment::Direct);
+    for part in parts {
+        bytes.extend_from_slice(part);
+    }
+    (bytes, pad)
+}
+
 /// Frames copied one after another into one direct write buffer (a spare, or a new one advised
 /// for huge pages; see [`crate::StateStore::gather`]), headers not yet stamped.
 pub(crate) struct Gathered {
@@ -136,27 +154,18 @@ pub(crate) struct Gathered {
 
 impl Gathered {
     /// Copies `frames` (finished), `len` bytes in all.
-    pub(crate) fn new<'a>(frames: impl Iterator<Item = &'a FrameBuf>, len: usize) -> Self {
-        let (mut bytes, pad) = take_spare(len, Alignment::Direct).unwrap_or_else(|| write_vec(len));
-        let mut held = Vec::new();
-        for f in frames {
-            bytes.extend_from_slice(f.frame());
-            held.push((f.frame().len(), f.crc()));
-        }
+    pub(crate) fn new(frames: &[&FrameBuf], len: usize) -> Self {
+        let (bytes, pad) = gather_parts(frames.iter().map(|f| f.frame()), len);
         Self {
             bytes,
             pad,
-            frames: held,
+            frames: frames.iter().map(|f| (f.frame().len(), f.crc())).collect(),
         }
     }
 
     /// Copies the parts of `buf` (frames stamped already) into one buffer.
     fn of(buf: &WriteBuf) -> WriteBuf {
-        let len = buf.len();
-        let (mut bytes, pad) = take_spare(len, Alignment::Direct).unwrap_or_else(|| write_vec(len));
-        for part in buf.parts() {
-            bytes.extend_from_slice(part);
-        }
+        let (bytes, pad) = gather_parts(buf.parts(), buf.len());
         WriteBuf::new(bytes, pad)
     }
 
@@ -420,7 +429,11 @@ impl Active {
         }
         let buf = match gathered {
             Some(g) if g.holds(&frames) => g.stamped(&frames),
-            _ => WriteBuf::frames(frames.clone()),
+            Some(other) => {
+                keep_spare(other.bytes, other.pad);
+                WriteBuf::frames(frames.clone())
+            }
+            None => WriteBuf::frames(frames.clone()),
         };
         if let Some(done) = self.write_region(buf, coalesce)?
             && !done.is_frames()
@@ -445,12 +458,7 @@ impl Active {
                 if p.len() == 0 {
                     if p.bytes.capacity() < p.pad + WRITE_BEHIND + COALESCE_BELOW {
                         let want = WRITE_BEHIND + COALESCE_BELOW;
-                        let (b, pad) = match take_spare(want, self.header.alignment) {
-                            Some(spare) => spare,
-                            None if self.header.alignment == Alignment::Direct => write_vec(want),
-                            None => (Vec::with_capacity(want), 0),
-                        };
-                        (p.bytes, p.pad) = (b, pad);
+                        (p.bytes, p.pad) = write_buffer(want, self.header.alignment);
                     }
                     p.start = self.len;
                 }
@@ -809,11 +817,7 @@ impl Encoded {
                 (kept, pad)
             }
             // The thread's buffer went to a write in flight: one a completed write gave back.
-            _ => match take_spare(total, alignment) {
-                Some(spare) => spare,
-                None if alignment == Alignment::Direct => write_vec(total),
-                None => (Vec::with_capacity(total), 0),
-            },
+            _ => write_buffer(total, alignment),
         };
         let mut frames = Vec::with_capacity(records.len());
         for (meta, payload) in records {

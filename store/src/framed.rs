@@ -127,12 +127,12 @@ impl FrameBuf {
         self.framed == Some(alignment)
     }
 
-    /// The frame: header, payload, fill.
     /// The payload's CRC32C, taken by [`FrameBuf::finish`].
     pub(crate) fn crc(&self) -> u32 {
         self.crc
     }
 
+    /// The frame: header, payload, fill.
     pub(crate) fn frame(&self) -> &[u8] {
         &self.bytes[self.pad..]
     }

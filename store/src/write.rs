@@ -335,7 +335,7 @@ impl StateStore {
             return None;
         }
         Some(Prepared {
-            ready: Ready::Gathered(Gathered::new(frames.iter().copied(), total)),
+            ready: Ready::Gathered(Gathered::new(frames, total)),
             records: frames.len(),
         })
     }
