@@ -15,7 +15,7 @@ use orbitkv_store::{MIN_SSD_BYTES, Policy, ssd_records_held};
 use serde_json::{Value, json};
 
 use crate::Failure;
-use crate::cmd::policy_model::{Modelled, fifo_reinsert};
+use crate::cmd::policy_model::{Modelled, arc, clock, fifo_reinsert, lru_deepest_first};
 use crate::cmd::replay::{Budget, Outcome, no_mismatch, replay_store, simulated};
 use crate::output::Output;
 use crate::size::parse_size;
@@ -53,6 +53,11 @@ pub struct MatrixArgs {
     /// SSD blocks written per block hit.
     #[arg(long)]
     admission_model: bool,
+    /// Instead of the store replays: per-block reference policies beside LRU (CLOCK, ARC, and
+    /// LRU dropping a chain's deepest blocks first) and the store-free model of
+    /// `fifo-reinsert`, to show how close any online policy gets to LRU in each cell.
+    #[arg(long, conflicts_with = "admission_model")]
+    reference_models: bool,
 }
 
 /// One workload: its name and its block references.
@@ -299,6 +304,9 @@ pub fn run(a: &MatrixArgs, out: &Output) -> Result<(), Failure> {
     if a.admission_model {
         return admission_table(&workloads, &a.capacities, a.block_bytes, out);
     }
+    if a.reference_models {
+        return reference_table(&workloads, &a.capacities, a.block_bytes, out);
+    }
     // Each replay draws its own bar; this line counts the traces done.
     let progress =
         ProgressBar::with_draw_target(Some(workloads.len() as u64), ProgressDrawTarget::stderr());
@@ -330,12 +338,55 @@ pub fn run(a: &MatrixArgs, out: &Output) -> Result<(), Failure> {
     no_mismatch(mismatched)
 }
 
-/// One cell of the admission table: LRU, and the model without and with admission.
-struct AdmissionCell {
+/// One cell of a model table: LRU's hit ratio and each model's outcome, in the table's order.
+struct ModelCell {
     at: String,
     lru: f64,
-    off: Modelled,
-    on: Modelled,
+    models: Vec<Modelled>,
+}
+
+/// Runs `models` on every cell, as the policy matrix sizes them: each workload at each
+/// capacity, in the blocks the store's budget holds (so the columns compare with it). Prints
+/// each row (text output) as `row` writes it.
+fn model_cells(
+    workloads: &[Workload],
+    capacities: &[u64],
+    block_bytes: u64,
+    models: &[Model],
+    row: fn(&ModelCell, &str, &str, u64) -> String,
+    out: &Output,
+) -> Vec<ModelCell> {
+    let mut cells = Vec::new();
+    for w in workloads {
+        let distinct = stats(&w.trace).distinct;
+        for &percent in capacities {
+            let blocks = (distinct * percent / 100).max(1);
+            let capacity =
+                Budget::ssd_blocks(blocks, cell_block_bytes(blocks, block_bytes)).capacity();
+            let seed = seed_text(w.seed);
+            let c = ModelCell {
+                at: format!("{} seed {seed} at {percent} %", w.name),
+                lru: simulated(&w.trace, "lru", capacity).hit_ratio(),
+                models: models.iter().map(|m| m(&w.trace, capacity)).collect(),
+            };
+            if !out.json() {
+                println!("{}", row(&c, &w.name, &seed, percent));
+            }
+            cells.push(c);
+        }
+    }
+    cells
+}
+
+/// The worst ratio to LRU of model `i` over `cells` (cells where LRU is near 0 left out), with
+/// the cell.
+fn worst_model(cells: &[ModelCell], i: usize) -> String {
+    cells
+        .iter()
+        .filter_map(|c| Some((versus(c.lru, c.models.get(i)?.hit_ratio()), &c.at)))
+        .filter(|((_, ratio), _)| *ratio)
+        .min_by(|a, b| a.0.0.total_cmp(&b.0.0))
+        .map_or_else(|| "—".to_owned(), |((v, _), at)| format!("{v:.3} ({at})"))
 }
 
 /// A hit ratio and how it compares with LRU, as the policy matrix shows it.
@@ -346,12 +397,13 @@ fn against_lru(lru: f64, hit: f64) -> String {
     }
 }
 
-fn admission_row(c: &AdmissionCell, workload: &str, seed: &str, percent: u64) -> String {
+fn admission_row(c: &ModelCell, workload: &str, seed: &str, percent: u64) -> String {
+    let [off, on] = [&c.models[0], &c.models[1]];
     let per_hit = |m: &Modelled| {
         m.writes_per_hit()
             .map_or("—".to_owned(), |w| format!("{w:.2}"))
     };
-    let fewer = match (c.off.writes_per_hit(), c.on.writes_per_hit()) {
+    let fewer = match (off.writes_per_hit(), on.writes_per_hit()) {
         (Some(off), Some(on)) if on > 0.0 => format!("{:.2}×", off / on),
         (Some(_), Some(_)) => "no writes".to_owned(),
         _ => "—".to_owned(),
@@ -359,10 +411,10 @@ fn admission_row(c: &AdmissionCell, workload: &str, seed: &str, percent: u64) ->
     format!(
         "| {workload} | {seed} | {percent} % | {:.4} | {} | {} | {} | {} | {fewer} |",
         c.lru,
-        against_lru(c.lru, c.off.hit_ratio()),
-        against_lru(c.lru, c.on.hit_ratio()),
-        per_hit(&c.off),
-        per_hit(&c.on),
+        against_lru(c.lru, off.hit_ratio()),
+        against_lru(c.lru, on.hit_ratio()),
+        per_hit(off),
+        per_hit(on),
     )
 }
 
@@ -374,57 +426,104 @@ fn admission_table(
     block_bytes: u64,
     out: &Output,
 ) -> Result<(), Failure> {
-    let mut cells = Vec::new();
     if !out.json() {
         println!(
             "| workload | seed | capacity | LRU | model | model + admission | written per hit | with admission | fewer writes |"
         );
         println!("|---|---|---|---|---|---|---|---|---|");
     }
-    for w in workloads {
-        let distinct = stats(&w.trace).distinct;
-        for &percent in capacities {
-            let blocks = (distinct * percent / 100).max(1);
-            // The blocks the store's budget holds in the policy matrix, for the same columns.
-            let capacity =
-                Budget::ssd_blocks(blocks, cell_block_bytes(blocks, block_bytes)).capacity();
-            let lru = simulated(&w.trace, "lru", capacity).hit_ratio();
-            let off = fifo_reinsert(&w.trace, capacity, false);
-            let on = fifo_reinsert(&w.trace, capacity, true);
-            let seed = seed_text(w.seed);
-            let c = AdmissionCell {
-                at: format!("{} seed {seed} at {percent} %", w.name),
-                lru,
-                off,
-                on,
-            };
-            if !out.json() {
-                println!("{}", admission_row(&c, &w.name, &seed, percent));
-            }
-            cells.push(c);
-        }
-    }
-    let worst = |pick: fn(&AdmissionCell) -> &Modelled| {
-        cells
-            .iter()
-            .map(|c| (versus(c.lru, pick(c).hit_ratio()), &c.at))
-            .filter(|((_, ratio), _)| *ratio)
-            .min_by(|a, b| a.0.0.total_cmp(&b.0.0))
-            .map_or_else(|| "—".to_owned(), |((v, _), at)| format!("{v:.3} ({at})"))
-    };
+    let models: [Model; 2] = [
+        |t, c| fifo_reinsert(t, c, false),
+        |t, c| fifo_reinsert(t, c, true),
+    ];
+    let cells = model_cells(
+        workloads,
+        capacities,
+        block_bytes,
+        &models,
+        admission_row,
+        out,
+    );
     let text = format!(
         "\nmodel: worst ratio to LRU {}\nmodel + admission: worst ratio to LRU {}\n",
-        worst(|c| &c.off),
-        worst(|c| &c.on)
+        worst_model(&cells, 0),
+        worst_model(&cells, 1)
     );
     out.emit(&text, || {
+        let m = |m: &Modelled| json!({"hit_ratio": m.hit_ratio(), "ssd_writes": m.ssd_writes, "hits": m.hits});
         json!({
             "cells": cells.iter().map(|c| json!({
                 "cell": c.at,
                 "lru": c.lru,
-                "model": {"hit_ratio": c.off.hit_ratio(), "ssd_writes": c.off.ssd_writes, "hits": c.off.hits},
-                "model_admission": {"hit_ratio": c.on.hit_ratio(), "ssd_writes": c.on.ssd_writes, "hits": c.on.hits},
+                "model": m(&c.models[0]),
+                "model_admission": m(&c.models[1]),
             })).collect::<Vec<_>>(),
+        })
+    })
+}
+
+/// A store-free model: a trace and a capacity in blocks in, what it measured out.
+type Model = fn(&[Vec<u64>], usize) -> Modelled;
+
+/// The reference models, in their columns' order.
+const REFERENCE_MODELS: [(&str, Model); 4] = [
+    ("fifo-reinsert model", |t, c| fifo_reinsert(t, c, false)),
+    ("CLOCK", clock),
+    ("ARC", arc),
+    ("LRU, deepest first", lru_deepest_first),
+];
+
+fn reference_row(c: &ModelCell, workload: &str, seed: &str, percent: u64) -> String {
+    let mut row = format!("| {workload} | {seed} | {percent} % | {:.4} |", c.lru);
+    for m in &c.models {
+        let _ = write!(row, " {} |", against_lru(c.lru, m.hit_ratio()));
+    }
+    row
+}
+
+/// The reference table: each cell's LRU hit ratio beside the store's one-log model (segments
+/// of a 64th of the capacity) and per-block CLOCK, ARC and deepest-first LRU, each with its
+/// ratio to LRU, and each column's worst cell.
+fn reference_table(
+    workloads: &[Workload],
+    capacities: &[u64],
+    block_bytes: u64,
+    out: &Output,
+) -> Result<(), Failure> {
+    if !out.json() {
+        let names: Vec<&str> = REFERENCE_MODELS.iter().map(|(n, _)| *n).collect();
+        println!(
+            "| workload | seed | capacity | LRU | {} |",
+            names.join(" | ")
+        );
+        println!("|---|---|---|---|{}", "---|".repeat(names.len()));
+    }
+    let models = REFERENCE_MODELS.map(|(_, m)| m);
+    let cells = model_cells(
+        workloads,
+        capacities,
+        block_bytes,
+        &models,
+        reference_row,
+        out,
+    );
+    let mut text = String::from("\n");
+    for (i, (name, _)) in REFERENCE_MODELS.iter().enumerate() {
+        let _ = writeln!(
+            text,
+            "{name}: worst ratio to LRU {}",
+            worst_model(&cells, i)
+        );
+    }
+    out.emit(&text, || {
+        json!({
+            "cells": cells.iter().map(|c| {
+                let mut o = json!({"cell": c.at, "lru": c.lru});
+                for ((name, _), m) in REFERENCE_MODELS.iter().zip(&c.models) {
+                    o[*name] = json!(m.hit_ratio());
+                }
+                o
+            }).collect::<Vec<_>>(),
         })
     })
 }
@@ -448,6 +547,7 @@ mod tests {
             block_bytes: 16 << 10,
             data_dir: dir.path().join("m"),
             admission_model: false,
+            reference_models: false,
         };
         let ws = workloads(&a).expect("workloads");
         assert_eq!(
@@ -469,6 +569,38 @@ mod tests {
         for (n, _) in Policy::ALL {
             assert!(t.contains(&format!("{n}: worst ratio to LRU ")), "{t}");
         }
+    }
+
+    #[test]
+    fn the_reference_table_runs_every_model_on_a_cell() {
+        let trace: Vec<Vec<u64>> = generate(&Params::new(Shape::MultiTurn, 1, 500))
+            .into_iter()
+            .map(|r| r.hash_ids)
+            .collect();
+        let refs: u64 = trace.iter().map(|r| r.len() as u64).sum();
+        let ws = [Workload {
+            name: "multi-turn".into(),
+            seed: Some(1),
+            trace,
+        }];
+        let models = REFERENCE_MODELS.map(|(_, m)| m);
+        let out = Output::new(true);
+        let cells = model_cells(&ws, &[10, 50], 4096, &models, reference_row, &out);
+        assert_eq!(cells.len(), 2);
+        for c in &cells {
+            assert_eq!(c.models.len(), REFERENCE_MODELS.len());
+            assert!(c.models.iter().all(|m| m.block_refs == refs && m.hits > 0));
+            assert!(c.lru > 0.0);
+        }
+        let row = reference_row(&cells[0], "multi-turn", "1", 10);
+        assert!(row.starts_with("| multi-turn | 1 | 10 % |"), "{row}");
+        assert_eq!(
+            row.matches(" | ").count(),
+            3 + REFERENCE_MODELS.len(),
+            "{row}"
+        );
+        assert!(worst_model(&cells, 3).contains("multi-turn seed 1 at "));
+        assert_eq!(worst_model(&cells, 9), "—");
     }
 
     #[test]

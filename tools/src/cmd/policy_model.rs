@@ -1,5 +1,7 @@
-//! A store-free model of the one-log reclaim policy (`fifo-reinsert`), per block, with SSD
-//! admission as an option, to measure an admission rule before the store has one.
+//! Store-free models: the one-log reclaim policy (`fifo-reinsert`), per block, with SSD
+//! admission as an option, to measure an admission rule before the store has one; and
+//! reference policies without segments (CLOCK, ARC, LRU evicting a chain's deepest blocks
+//! first), to measure how close any online policy gets to per-block LRU.
 //!
 //! The log is cut into segments of a [`SEGMENTS`]th of the capacity, as the store cuts its
 //! budget. When the blocks pass the capacity the oldest segment is reclaimed: a block read since
@@ -12,7 +14,7 @@
 //! when published again while the ghost remembers it. Without admission there is no DRAM tier
 //! in the model: the store's DRAM tier holds copies of SSD records, which add no hits.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 /// Segments per capacity, as the store's budget.
 const SEGMENTS: usize = orbitkv_store::SEGMENTS_PER_BUDGET as usize;
@@ -59,9 +61,9 @@ struct Log {
 }
 
 impl Log {
-    fn new(capacity: usize) -> Self {
+    fn new(capacity: usize, segment_blocks: usize) -> Self {
         Self {
-            segment_blocks: (capacity / SEGMENTS).max(1),
+            segment_blocks: segment_blocks.max(1),
             capacity,
             segments: VecDeque::new(),
             next_segment: 0,
@@ -174,7 +176,19 @@ impl Admission {
 /// Runs the model of `fifo-reinsert` over `trace` at `capacity` blocks, with or without
 /// admission.
 pub(crate) fn fifo_reinsert(trace: &[Vec<u64>], capacity: usize, admission: bool) -> Modelled {
-    let mut log = Log::new(capacity.max(1));
+    let capacity = capacity.max(1);
+    one_log(trace, Log::new(capacity, capacity / SEGMENTS), admission)
+}
+
+/// Runs per-block CLOCK over `trace` at `capacity` blocks: the model of `fifo-reinsert` with
+/// segments of one block, so no block leaves with a segment.
+pub(crate) fn clock(trace: &[Vec<u64>], capacity: usize) -> Modelled {
+    one_log(trace, Log::new(capacity.max(1), 1), false)
+}
+
+/// Runs `log` over `trace`, with or without admission.
+fn one_log(trace: &[Vec<u64>], mut log: Log, admission: bool) -> Modelled {
+    let capacity = log.capacity;
     let mut adm = admission.then(|| Admission::new(capacity));
     let mut out = Modelled {
         block_refs: 0,
@@ -205,6 +219,176 @@ pub(crate) fn fifo_reinsert(trace: &[Vec<u64>], capacity: usize, admission: bool
         }
     }
     out.ssd_writes = log.writes;
+    out
+}
+
+/// Block ids in recency order: the least recent first out.
+#[derive(Default)]
+struct Recency {
+    tick: u64,
+    at: HashMap<u64, u64>,
+    order: BTreeMap<u64, u64>,
+}
+
+impl Recency {
+    fn len(&self) -> usize {
+        self.at.len()
+    }
+
+    fn contains(&self, id: u64) -> bool {
+        self.at.contains_key(&id)
+    }
+
+    /// Makes `id` the most recent (adding it if absent).
+    fn touch(&mut self, id: u64) {
+        self.remove(id);
+        self.tick += 1;
+        self.at.insert(id, self.tick);
+        self.order.insert(self.tick, id);
+    }
+
+    fn remove(&mut self, id: u64) -> bool {
+        match self.at.remove(&id) {
+            Some(t) => {
+                self.order.remove(&t);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn pop_oldest(&mut self) -> Option<u64> {
+        let (_, id) = self.order.pop_first()?;
+        self.at.remove(&id);
+        Some(id)
+    }
+}
+
+/// Per-block ARC (Megiddo and Modha, FAST 2003): blocks seen once (`t1`) and more than once
+/// (`t2`), each in recency order, with ghosts of the keys each recently dropped (`b1`, `b2`);
+/// a hit on a ghost moves the target size of `t1` (`p`) toward the list it came from.
+struct Arc {
+    capacity: usize,
+    p: usize,
+    t1: Recency,
+    t2: Recency,
+    b1: Recency,
+    b2: Recency,
+}
+
+impl Arc {
+    fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            p: 0,
+            t1: Recency::default(),
+            t2: Recency::default(),
+            b1: Recency::default(),
+            b2: Recency::default(),
+        }
+    }
+
+    fn holds(&self, id: u64) -> bool {
+        self.t1.contains(id) || self.t2.contains(id)
+    }
+
+    /// Drops the oldest block of `t1` or `t2` to its ghost, as ARC's REPLACE does.
+    fn replace(&mut self, ghost_of_t2: bool) {
+        let from_t1 = self.t1.len() > 0
+            && (self.t1.len() > self.p || (ghost_of_t2 && self.t1.len() == self.p));
+        if (from_t1 || self.t2.len() == 0)
+            && let Some(id) = self.t1.pop_oldest()
+        {
+            self.b1.touch(id);
+        } else if let Some(id) = self.t2.pop_oldest() {
+            self.b2.touch(id);
+        }
+    }
+
+    /// One reference to `id`; returns whether it was a miss that entered the cache.
+    fn reference(&mut self, id: u64) -> bool {
+        let c = self.capacity;
+        if self.t1.remove(id) || self.t2.contains(id) {
+            self.t2.touch(id);
+            return false;
+        }
+        if self.b1.contains(id) {
+            let step = (self.b2.len() / self.b1.len()).max(1);
+            self.p = (self.p + step).min(c);
+            self.replace(false);
+            self.b1.remove(id);
+            self.t2.touch(id);
+            return true;
+        }
+        if self.b2.contains(id) {
+            let step = (self.b1.len() / self.b2.len()).max(1);
+            self.p = self.p.saturating_sub(step);
+            self.replace(true);
+            self.b2.remove(id);
+            self.t2.touch(id);
+            return true;
+        }
+        let l1 = self.t1.len() + self.b1.len();
+        let all = l1 + self.t2.len() + self.b2.len();
+        if l1 >= c {
+            if self.t1.len() < c {
+                self.b1.pop_oldest();
+                self.replace(false);
+            } else {
+                self.t1.pop_oldest();
+            }
+        } else if all >= c {
+            if all >= 2 * c {
+                self.b2.pop_oldest();
+            }
+            self.replace(false);
+        }
+        self.t1.touch(id);
+        true
+    }
+}
+
+/// Runs per-block ARC over `trace` at `capacity` blocks. Hits are the present prefix of each
+/// request; every block referenced is then referenced in order, as LRU's are.
+pub(crate) fn arc(trace: &[Vec<u64>], capacity: usize) -> Modelled {
+    let mut cache = Arc::new(capacity.max(1));
+    let mut out = Modelled {
+        block_refs: 0,
+        hits: 0,
+        ssd_writes: 0,
+    };
+    for ids in trace {
+        out.block_refs += ids.len() as u64;
+        out.hits += ids.iter().take_while(|id| cache.holds(**id)).count() as u64;
+        for &id in ids {
+            out.ssd_writes += u64::from(cache.reference(id));
+        }
+    }
+    out
+}
+
+/// Runs per-block LRU over `trace` at `capacity` blocks, each request's blocks referenced
+/// deepest first: of blocks last used together, a chain's root leaves last (as a radix tree
+/// evicts leaves first).
+pub(crate) fn lru_deepest_first(trace: &[Vec<u64>], capacity: usize) -> Modelled {
+    let capacity = capacity.max(1);
+    let mut cache = Recency::default();
+    let mut out = Modelled {
+        block_refs: 0,
+        hits: 0,
+        ssd_writes: 0,
+    };
+    for ids in trace {
+        out.block_refs += ids.len() as u64;
+        out.hits += ids.iter().take_while(|id| cache.contains(**id)).count() as u64;
+        for &id in ids.iter().rev() {
+            out.ssd_writes += u64::from(!cache.contains(id));
+            cache.touch(id);
+            while cache.len() > capacity {
+                cache.pop_oldest();
+            }
+        }
+    }
     out
 }
 
@@ -263,5 +447,54 @@ mod tests {
         assert_eq!(off.block_refs, on.block_refs);
         assert!(off.hits > 0 && on.hits > 0);
         assert!(on.ssd_writes < off.ssd_writes, "{on:?} {off:?}");
+    }
+
+    #[test]
+    fn clock_gives_a_read_block_a_second_pass() {
+        // Capacity 4: block 1 is read, then four new blocks come. The fourth reclaims block 1,
+        // which is copied behind it (LRU would drop it); block 2, unread, leaves instead.
+        let trace = vec![
+            vec![1],
+            vec![1],
+            vec![2],
+            vec![3],
+            vec![4],
+            vec![5],
+            vec![1],
+        ];
+        assert_eq!(clock(&trace, 4).hits, 2);
+        let trace = vec![vec![1], vec![2], vec![3], vec![4], vec![5], vec![1]];
+        assert_eq!(clock(&trace, 4).hits, 0, "unread blocks leave in order");
+    }
+
+    #[test]
+    fn arc_keeps_a_reused_set_through_a_scan() {
+        // Blocks 0..4 used twice, then a scan of 100 new blocks, then 0..4 again: ARC keeps
+        // them in t2 (the scan only churns t1); LRU would have dropped them.
+        let mut trace: Vec<Vec<u64>> = (0..4).map(|i| vec![i]).collect();
+        trace.extend((0..4).map(|i| vec![i]));
+        trace.extend((100..200).map(|i| vec![i]));
+        trace.extend((0..4).map(|i| vec![i]));
+        let m = arc(&trace, 8);
+        assert_eq!(m.hits, 4 + 4);
+        assert_eq!(lru_deepest_first(&trace, 8).hits, 4);
+    }
+
+    #[test]
+    fn arc_never_holds_more_than_its_capacity() {
+        let mut cache = Arc::new(16);
+        for i in 0..2_000u64 {
+            cache.reference((i * 7919) % 97);
+            assert!(cache.t1.len() + cache.t2.len() <= 16);
+            assert!(cache.t1.len() + cache.t2.len() + cache.b1.len() + cache.b2.len() <= 32);
+        }
+    }
+
+    #[test]
+    fn lru_deepest_first_drops_a_chain_from_its_end() {
+        // Capacity 3: chain 1-2-3, then one new block pushes out the chain's last block, not
+        // its root, so the next request still hits 1-2.
+        let trace = vec![vec![1, 2, 3], vec![9], vec![1, 2, 3]];
+        assert_eq!(lru_deepest_first(&trace, 3).hits, 2);
     }
 }
