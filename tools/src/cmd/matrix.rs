@@ -465,12 +465,14 @@ fn admission_table(
 /// A store-free model: a trace and a capacity in blocks in, what it measured out.
 type Model = fn(&[Vec<u64>], usize) -> Modelled;
 
-/// The reference models, in their columns' order.
-const REFERENCE_MODELS: [(&str, Model); 4] = [
-    ("fifo-reinsert model", |t, c| fifo_reinsert(t, c, false)),
-    ("CLOCK", clock),
-    ("ARC", arc),
-    ("LRU, deepest first", lru_deepest_first),
+/// The reference models, in their columns' order: column name, JSON key, model.
+const REFERENCE_MODELS: [(&str, &str, Model); 4] = [
+    ("fifo-reinsert model", "fifo_reinsert_model", |t, c| {
+        fifo_reinsert(t, c, false)
+    }),
+    ("CLOCK", "clock", clock),
+    ("ARC", "arc", arc),
+    ("LRU, deepest first", "lru_deepest_first", lru_deepest_first),
 ];
 
 fn reference_row(c: &ModelCell, workload: &str, seed: &str, percent: u64) -> String {
@@ -491,14 +493,14 @@ fn reference_table(
     out: &Output,
 ) -> Result<(), Failure> {
     if !out.json() {
-        let names: Vec<&str> = REFERENCE_MODELS.iter().map(|(n, _)| *n).collect();
+        let names: Vec<&str> = REFERENCE_MODELS.iter().map(|(n, _, _)| *n).collect();
         println!(
             "| workload | seed | capacity | LRU | {} |",
             names.join(" | ")
         );
         println!("|---|---|---|---|{}", "---|".repeat(names.len()));
     }
-    let models = REFERENCE_MODELS.map(|(_, m)| m);
+    let models = REFERENCE_MODELS.map(|(_, _, m)| m);
     let cells = model_cells(
         workloads,
         capacities,
@@ -508,7 +510,7 @@ fn reference_table(
         out,
     );
     let mut text = String::from("\n");
-    for (i, (name, _)) in REFERENCE_MODELS.iter().enumerate() {
+    for (i, (name, _, _)) in REFERENCE_MODELS.iter().enumerate() {
         let _ = writeln!(
             text,
             "{name}: worst ratio to LRU {}",
@@ -519,8 +521,8 @@ fn reference_table(
         json!({
             "cells": cells.iter().map(|c| {
                 let mut o = json!({"cell": c.at, "lru": c.lru});
-                for ((name, _), m) in REFERENCE_MODELS.iter().zip(&c.models) {
-                    o[*name] = json!(m.hit_ratio());
+                for ((_, key, _), m) in REFERENCE_MODELS.iter().zip(&c.models) {
+                    o[*key] = json!(m.hit_ratio());
                 }
                 o
             }).collect::<Vec<_>>(),
@@ -583,7 +585,7 @@ mod tests {
             seed: Some(1),
             trace,
         }];
-        let models = REFERENCE_MODELS.map(|(_, m)| m);
+        let models = REFERENCE_MODELS.map(|(_, _, m)| m);
         let out = Output::new(true);
         let cells = model_cells(&ws, &[10, 50], 4096, &models, reference_row, &out);
         assert_eq!(cells.len(), 2);

@@ -14,7 +14,7 @@
 //! when published again while the ghost remembers it. Without admission there is no DRAM tier
 //! in the model: the store's DRAM tier holds copies of SSD records, which add no hits.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 /// Segments per capacity, as the store's budget.
 const SEGMENTS: usize = orbitkv_store::SEGMENTS_PER_BUDGET as usize;
@@ -115,36 +115,26 @@ impl Log {
 
 /// First-time blocks waiting for admission, and the ghost of their keys.
 struct Admission {
-    dram: HashMap<u64, u64>,
-    dram_order: BTreeSet<(u64, u64)>,
+    dram: Recency,
     dram_blocks: usize,
     ghost: HashSet<u64>,
     ghost_order: VecDeque<u64>,
     ghost_blocks: usize,
-    tick: u64,
 }
 
 impl Admission {
     fn new(capacity: usize) -> Self {
         Self {
-            dram: HashMap::new(),
-            dram_order: BTreeSet::new(),
+            dram: Recency::default(),
             dram_blocks: (capacity / 10).max(1),
             ghost: HashSet::new(),
             ghost_order: VecDeque::new(),
             ghost_blocks: 2 * capacity.max(1),
-            tick: 0,
         }
     }
 
     fn take(&mut self, id: u64) -> bool {
-        match self.dram.remove(&id) {
-            Some(t) => {
-                self.dram_order.remove(&(t, id));
-                true
-            }
-            None => false,
-        }
+        self.dram.remove(id)
     }
 
     /// Whether `id` is to be written now (the ghost remembered it); else it waits in DRAM.
@@ -152,14 +142,9 @@ impl Admission {
         if self.ghost.remove(&id) {
             return true;
         }
-        self.tick += 1;
-        self.dram.insert(id, self.tick);
-        self.dram_order.insert((self.tick, id));
+        self.dram.touch(id);
         while self.dram.len() > self.dram_blocks {
-            let Some((_, old)) = self.dram_order.pop_first() else {
-                break;
-            };
-            self.dram.remove(&old);
+            self.dram.pop_oldest();
         }
         if self.ghost.insert(id) {
             self.ghost_order.push_back(id);
@@ -198,7 +183,7 @@ fn one_log(trace: &[Vec<u64>], mut log: Log, admission: bool) -> Modelled {
     for ids in trace {
         out.block_refs += ids.len() as u64;
         let present = |log: &Log, adm: &Option<Admission>, id: &u64| -> bool {
-            log.at.contains_key(id) || adm.as_ref().is_some_and(|a| a.dram.contains_key(id))
+            log.at.contains_key(id) || adm.as_ref().is_some_and(|a| a.dram.contains(*id))
         };
         let hit = ids.iter().take_while(|id| present(&log, &adm, id)).count();
         out.hits += hit as u64;
@@ -267,7 +252,7 @@ impl Recency {
 /// Per-block ARC (Megiddo and Modha, FAST 2003): blocks seen once (`t1`) and more than once
 /// (`t2`), each in recency order, with ghosts of the keys each recently dropped (`b1`, `b2`);
 /// a hit on a ghost moves the target size of `t1` (`p`) toward the list it came from.
-struct Arc {
+struct ArcCache {
     capacity: usize,
     p: usize,
     t1: Recency,
@@ -276,7 +261,7 @@ struct Arc {
     b2: Recency,
 }
 
-impl Arc {
+impl ArcCache {
     fn new(capacity: usize) -> Self {
         Self {
             capacity,
@@ -351,7 +336,7 @@ impl Arc {
 /// Runs per-block ARC over `trace` at `capacity` blocks. Hits are the present prefix of each
 /// request; every block referenced is then referenced in order, as LRU's are.
 pub(crate) fn arc(trace: &[Vec<u64>], capacity: usize) -> Modelled {
-    let mut cache = Arc::new(capacity.max(1));
+    let mut cache = ArcCache::new(capacity.max(1));
     let mut out = Modelled {
         block_refs: 0,
         hits: 0,
@@ -482,7 +467,7 @@ mod tests {
 
     #[test]
     fn arc_never_holds_more_than_its_capacity() {
-        let mut cache = Arc::new(16);
+        let mut cache = ArcCache::new(16);
         for i in 0..2_000u64 {
             cache.reference((i * 7919) % 97);
             assert!(cache.t1.len() + cache.t2.len() <= 16);
