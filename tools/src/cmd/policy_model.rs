@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 const SEGMENTS: usize = orbitkv_store::SEGMENTS_PER_BUDGET as usize;
 
 /// What one run of the model measured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Modelled {
     /// Blocks referenced.
     pub block_refs: u64,
@@ -175,11 +175,7 @@ pub(crate) fn clock(trace: &[Vec<u64>], capacity: usize) -> Modelled {
 fn one_log(trace: &[Vec<u64>], mut log: Log, admission: bool) -> Modelled {
     let capacity = log.capacity;
     let mut adm = admission.then(|| Admission::new(capacity));
-    let mut out = Modelled {
-        block_refs: 0,
-        hits: 0,
-        ssd_writes: 0,
-    };
+    let mut out = Modelled::default();
     for ids in trace {
         out.block_refs += ids.len() as u64;
         let present = |log: &Log, adm: &Option<Admission>, id: &u64| -> bool {
@@ -333,48 +329,74 @@ impl ArcCache {
     }
 }
 
-/// Runs per-block ARC over `trace` at `capacity` blocks. Hits are the present prefix of each
-/// request; every block referenced is then referenced in order, as LRU's are.
-pub(crate) fn arc(trace: &[Vec<u64>], capacity: usize) -> Modelled {
-    let mut cache = ArcCache::new(capacity.max(1));
-    let mut out = Modelled {
-        block_refs: 0,
-        hits: 0,
-        ssd_writes: 0,
-    };
+/// A cache the models run per block: hits are the present prefix of each request; then the
+/// cache sees every block of it.
+trait PerBlock {
+    fn holds(&self, id: u64) -> bool;
+    /// One request's blocks; returns how many of them entered the cache (misses written).
+    fn request(&mut self, ids: &[u64]) -> u64;
+}
+
+impl PerBlock for ArcCache {
+    fn holds(&self, id: u64) -> bool {
+        ArcCache::holds(self, id)
+    }
+
+    fn request(&mut self, ids: &[u64]) -> u64 {
+        ids.iter().map(|&id| u64::from(self.reference(id))).sum()
+    }
+}
+
+/// LRU that sees each request's blocks deepest first: of blocks last used together, a chain's
+/// root leaves last (as a radix tree evicts leaves first).
+struct DeepestFirstLru {
+    capacity: usize,
+    cache: Recency,
+}
+
+impl PerBlock for DeepestFirstLru {
+    fn holds(&self, id: u64) -> bool {
+        self.cache.contains(id)
+    }
+
+    fn request(&mut self, ids: &[u64]) -> u64 {
+        let mut entered = 0;
+        for &id in ids.iter().rev() {
+            entered += u64::from(!self.cache.contains(id));
+            self.cache.touch(id);
+            while self.cache.len() > self.capacity {
+                self.cache.pop_oldest();
+            }
+        }
+        entered
+    }
+}
+
+/// Runs `cache` over `trace`.
+fn per_block(trace: &[Vec<u64>], mut cache: impl PerBlock) -> Modelled {
+    let mut out = Modelled::default();
     for ids in trace {
         out.block_refs += ids.len() as u64;
         out.hits += ids.iter().take_while(|id| cache.holds(**id)).count() as u64;
-        for &id in ids {
-            out.ssd_writes += u64::from(cache.reference(id));
-        }
+        out.ssd_writes += cache.request(ids);
     }
     out
 }
 
+/// Runs per-block ARC over `trace` at `capacity` blocks, each block referenced in request
+/// order, as LRU's are.
+pub(crate) fn arc(trace: &[Vec<u64>], capacity: usize) -> Modelled {
+    per_block(trace, ArcCache::new(capacity.max(1)))
+}
+
 /// Runs per-block LRU over `trace` at `capacity` blocks, each request's blocks referenced
-/// deepest first: of blocks last used together, a chain's root leaves last (as a radix tree
-/// evicts leaves first).
+/// deepest first ([`DeepestFirstLru`]).
 pub(crate) fn lru_deepest_first(trace: &[Vec<u64>], capacity: usize) -> Modelled {
-    let capacity = capacity.max(1);
-    let mut cache = Recency::default();
-    let mut out = Modelled {
-        block_refs: 0,
-        hits: 0,
-        ssd_writes: 0,
+    let cache = DeepestFirstLru {
+        capacity: capacity.max(1),
+        cache: Recency::default(),
     };
-    for ids in trace {
-        out.block_refs += ids.len() as u64;
-        out.hits += ids.iter().take_while(|id| cache.contains(**id)).count() as u64;
-        for &id in ids.iter().rev() {
-            out.ssd_writes += u64::from(!cache.contains(id));
-            cache.touch(id);
-            while cache.len() > capacity {
-                cache.pop_oldest();
-            }
-        }
-    }
-    out
+    per_block(trace, cache)
 }
 
 #[cfg(test)]
