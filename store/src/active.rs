@@ -148,8 +148,17 @@ fn gather_parts<'a>(parts: impl Iterator<Item = &'a [u8]>, len: usize) -> (Vec<u
 pub(crate) struct Gathered {
     bytes: Vec<u8>,
     pad: usize,
-    /// Each frame's length and payload CRC, in order.
-    frames: Vec<(usize, u32)>,
+    /// Each frame's address, length and payload CRC, in order.
+    frames: Vec<FrameId>,
+}
+
+/// What tells a frame gathered from the one appended: where its memory is, its length and its
+/// payload CRC. The address alone could be reused by another frame, and length and CRC alone
+/// could match another payload.
+type FrameId = (usize, usize, u32);
+
+fn frame_id(f: &FrameBuf) -> FrameId {
+    (f.frame().as_ptr() as usize, f.frame().len(), f.crc())
 }
 
 impl Gathered {
@@ -159,7 +168,7 @@ impl Gathered {
         Self {
             bytes,
             pad,
-            frames: frames.iter().map(|f| (f.frame().len(), f.crc())).collect(),
+            frames: frames.iter().map(|f| frame_id(f)).collect(),
         }
     }
 
@@ -169,14 +178,14 @@ impl Gathered {
         WriteBuf::new(bytes, pad)
     }
 
-    /// Whether it holds exactly these frames, in order (by length and payload CRC).
+    /// Whether it holds exactly these frames, in order (see [`FrameId`]).
     fn holds(&self, frames: &[Arc<FrameBuf>]) -> bool {
         self.frames.len() == frames.len()
             && self
                 .frames
                 .iter()
                 .zip(frames)
-                .all(|(held, f)| *held == (f.frame().len(), f.crc()))
+                .all(|(held, f)| *held == frame_id(f))
     }
 
     /// Copies each frame's header, stamped since, over its place; returns the write buffer.
@@ -860,17 +869,19 @@ impl Encoded {
 mod tests {
     use super::*;
 
+    /// A finished direct frame of `len` payload bytes, each `byte`.
+    fn frame(byte: u8, len: usize) -> FrameBuf {
+        let mut f = FrameBuf::new();
+        let v = f.begin(Alignment::Direct, len);
+        v.resize(v.len() + len, 0);
+        FrameBuf::framed_test(f, byte)
+    }
+
     #[test]
     fn frames_are_gathered_into_one_direct_buffer_in_order() {
         let frames: Vec<Arc<FrameBuf>> = [1u8, 2, 3]
             .into_iter()
-            .map(|byte| {
-                let len = 10_000 * usize::from(byte);
-                let mut f = FrameBuf::new();
-                let v = f.begin(Alignment::Direct, len);
-                v.resize(v.len() + len, 0);
-                Arc::new(FrameBuf::framed_test(f, byte))
-            })
+            .map(|byte| Arc::new(frame(byte, 10_000 * usize::from(byte))))
             .collect();
         let expected: Vec<u8> = frames.iter().flat_map(|f| f.frame().to_vec()).collect();
         let gathered = Gathered::of(&WriteBuf::frames(frames));
@@ -881,5 +892,21 @@ mod tests {
             (parts[0].as_ptr() as usize).is_multiple_of(crate::io::aligned::DIRECT_ALIGN),
             "a direct write's buffer"
         );
+    }
+
+    /// A buffer gathered from some frames serves only those frames: others of the same length
+    /// and CRC (here the same bytes, in other memory) are not taken for them.
+    #[test]
+    fn a_gathered_buffer_holds_only_its_own_frames() {
+        let ours = [frame(7, 20_000), frame(8, 30_000)];
+        let twins = [frame(7, 20_000), frame(8, 30_000)].map(Arc::new);
+        let refs: Vec<&FrameBuf> = ours.iter().collect();
+        let gathered = Gathered::new(&refs, ours.iter().map(|f| f.frame().len()).sum());
+        // The frames move into `Arc`s, as `append_frames` moves them; their memory does not.
+        let ours = ours.map(Arc::new);
+        assert!(gathered.holds(&ours));
+        assert_eq!(twins[0].crc(), ours[0].crc());
+        assert!(!gathered.holds(&twins));
+        assert!(!gathered.holds(&ours[..1]));
     }
 }
