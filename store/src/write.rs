@@ -410,11 +410,13 @@ impl StateStore {
                 .iter()
                 .all(|(_, f)| f.framed_for(self.config.alignment));
         let (receipt, frames) = if framed {
+            // The active segment tells whether it holds exactly these frames, and keeps its
+            // buffer as a spare when not.
             let gathered = match prepared {
                 Some(Prepared {
                     ready: Ready::Gathered(g),
-                    records: n,
-                }) if n == records.len() => Some(g),
+                    ..
+                }) => Some(g),
                 _ => None,
             };
             self.append_frames(records, gathered)?
