@@ -4,7 +4,8 @@
 # ($OUT/device-run.log when OUT is set, else target/device-run.log). Steps: the GPU's identity
 # and PCIe link; the device check twice; the PyTorch engine stand-in (KV tensors in the shapes
 # vLLM's planner gives a dense, a hybrid and an MLA model, exported through `_share_cuda_`,
-# registered with `orbitkv serve` through the package, loaded back by another process); the
+# registered with `orbitkv serve` through the package, loaded back by another process), again
+# with a DRAM tier smaller than a Publish so the daemon reuses evicted copies' memory; the
 # bridge's CUDA unit tests; the daemon's device-pool tests, end to end included.
 # Exit 0: every step passed; 1: one failed; 2: no GPU here (each step that needs one refuses
 # with 2, which is what CI checks).
@@ -42,13 +43,14 @@ gpu() {
 }
 
 # The package from the carried wheel, without a registry: unpacked beside the binaries.
+# Arguments go to the stand-in.
 stand_in() {
     local site=$dir/site
     rm -rf "$site"
     mkdir -p "$site"
     python3 -m zipfile -e "$dir"/orbitkv-*.whl "$site" || return 1
     PYTHONPATH="$PWD/$site" python3 adapters/python/device/vllm_pages_check.py \
-        --orbitkv "$dir/bin/orbitkv"
+        --orbitkv "$dir/bin/orbitkv" "$@"
 }
 
 # A test executable that needs a GPU: refuses with 2 without one, like the other steps.
@@ -60,11 +62,12 @@ gpu_test() {
 export dir
 export -f gpu stand_in gpu_test
 
-# The limits add up to 300 s: the run fits in five minutes whatever hangs.
+# The limits add up to 390 s: the run fits in seven minutes whatever hangs.
 step "GPU identity and PCIe link" 20 gpu
 step "device check" 45 "$dir/bin/device_check"
 step "device check, again" 45 "$dir/bin/device_check"
 step "PyTorch engine stand-in through the package" 90 stand_in
+step "the stand-in, evicted copies' memory reused" 90 stand_in --dram-bytes 64MiB
 step "bridge unit tests" 20 gpu_test "$dir/bin/test-gpu_bridge-orbitkv_gpu_bridge" --test-threads 1
 step "daemon: a device pool it cannot open" 20 gpu_test "$dir/bin/test-manager-register_device_pool"
 step "daemon: a device pool end to end" 60 gpu_test \
