@@ -10,7 +10,9 @@
 //!   both ways, its bandwidth printed beside the packed one;
 //! - the fencing of device pages through state words shared as an engine shares them: a round
 //!   trip byte-exact, reuse refused while leased, a stale generation and an old epoch refused
-//!   with the page untouched, a staged Load whose unfilled page is left alone;
+//!   with the page untouched, a Publish's batched copy-out byte-exact (its rate printed beside
+//!   page by page's; a page of no group refused alone), a staged Load whose unfilled page is
+//!   left alone;
 //! - `ipc`, last: a pool opened from an IPC handle in another process (a child of this one: the
 //!   driver refuses a handle in the process that exported it), byte-exact, a region past the
 //!   allocation refused; the child is killed after a deadline.
@@ -24,7 +26,8 @@ use std::time::{Duration, Instant};
 use orbitkv_gpu_bridge::cuda::{Cuda, CudaPool, DeviceCopier, DeviceRegion, Pinned, Stream};
 use orbitkv_gpu_bridge::staging::Item;
 use orbitkv_gpu_bridge::{
-    Bridge, Error, FencedStates, GroupGeometry, HostPool, PageRef, PoolId, PoolSpec, StagedLoad,
+    Bridge, CopyOut, Error, FencedStates, GroupGeometry, HostPool, PageRef, PoolId, PoolSpec,
+    StagedLoad,
 };
 
 const PAGES: u32 = 64;
@@ -212,7 +215,7 @@ fn strided(cuda: &Cuda) -> Outcome {
         }
         let mut outs = vec![Vec::new(); items.len()];
         copier
-            .copy_out(&region, spec, &items, &mut outs)
+            .copy_out(&region, spec, &items, |i, b| outs[i].extend_from_slice(b))
             .map_err(err)?;
         if outs != srcs {
             return Err(format!(
@@ -320,6 +323,80 @@ impl Fenced {
                 "stale refused {refused}, page untouched {untouched}, old epoch refused {epoch}"
             )),
         }
+    }
+
+    /// A Publish's copy-out of every page in one batched call, beside page by page: byte-exact,
+    /// a page naming no group of the pool refused alone, and both rates (not gated).
+    fn batched_copy_out(&self) -> Outcome {
+        let leases = (0..PAGES)
+            .map(|i| self.bridge.lease(7, self.engine.page_ref(i)?))
+            .collect::<Result<Vec<_>, Error>>()
+            .map_err(err)?;
+        let page = self.sources[0].len();
+        let mut best = [f64::MAX; 2];
+        let mut outs = vec![Vec::with_capacity(page); PAGES as usize];
+        for _ in 0..3 {
+            for o in &mut outs {
+                o.clear();
+            }
+            let t = Instant::now();
+            for (l, o) in leases.iter().zip(&mut outs) {
+                self.bridge.publish_appending(l, 0, o).map_err(err)?;
+            }
+            best[0] = best[0].min(t.elapsed().as_secs_f64());
+            for o in &mut outs {
+                o.clear();
+            }
+            let mut pages: Vec<CopyOut<'_>> = leases
+                .iter()
+                .zip(&mut outs)
+                .map(|(lease, out)| CopyOut {
+                    lease,
+                    group: 0,
+                    out,
+                })
+                .collect();
+            let t = Instant::now();
+            let results = self.bridge.publish_appending_many(&mut pages);
+            best[1] = best[1].min(t.elapsed().as_secs_f64());
+            if let Some((i, e)) = results
+                .into_iter()
+                .enumerate()
+                .find_map(|(i, r)| Some((i, r.err()?)))
+            {
+                return Err(format!("page {i} refused: {e}"));
+            }
+        }
+        if outs != self.sources {
+            return Err("a page copied out in a batch differs".into());
+        }
+        let (mut first, mut other, mut third) = (Vec::new(), Vec::new(), Vec::new());
+        let mut pages: Vec<CopyOut<'_>> = leases
+            .iter()
+            .zip([0, 9, 0])
+            .zip([&mut first, &mut other, &mut third])
+            .map(|((lease, group), out)| CopyOut { lease, group, out })
+            .collect();
+        let results = self.bridge.publish_appending_many(&mut pages);
+        let refused_alone = matches!(
+            results.as_slice(),
+            [Ok(()), Err(Error::Geometry(_)), Ok(())]
+        ) && other.is_empty()
+            && first == self.sources[0]
+            && third == self.sources[2];
+        let gb = |secs: f64| (page * PAGES as usize) as f64 / secs / 1e9;
+        println!(
+            "  Publish copy-out of {PAGES} pages: page by page {:.2} GB/s, batched {:.2} GB/s; batched / page by page = {:.3}",
+            gb(best[0]),
+            gb(best[1]),
+            best[0] / best[1]
+        );
+        refused_alone.then_some(()).ok_or_else(|| {
+            format!(
+                "a page of no group gave {results:?}, its buffer {} bytes",
+                other.len()
+            )
+        })
     }
 
     /// A staged Load (a daemon Load into a device pool) of new bytes into every page, page 5's
@@ -479,6 +556,7 @@ fn main() -> ExitCode {
             tally.record("round trip", f.round_trip());
             tally.record("reuse refused while leased", f.reuse_refused_while_leased());
             tally.record("stale generation and old epoch refused", f.stale_refused());
+            tally.record("batched copy-out", f.batched_copy_out());
             tally.record("staged load", f.staged_load());
         }
         Err(e) => tally.record("fenced pool", Err(format!("setting it up: {e}"))),

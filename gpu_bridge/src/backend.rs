@@ -32,6 +32,22 @@ pub trait PagePool: Send + Sync {
     /// Appends all layers of `group` of the leased page to `out` (packed), then re-checks the
     /// page's generation: a page reused during the copy gives an error and `out` as it was.
     fn copy_out(&self, lease: &PageLease, group: u32, out: &mut Vec<u8>) -> Result<()>;
+    /// [`PagePool::copy_out`] for each of `pages` (all of this pool), one result each in order;
+    /// a page refused or reused during the copy leaves its `out` as it was. The default copies
+    /// page by page; a device pool batches them through its staging memory.
+    fn copy_out_many(&self, pages: &mut [CopyOut<'_>]) -> Vec<Result<()>> {
+        pages
+            .iter_mut()
+            .map(|c| {
+                let len = c.out.len();
+                let r = self.copy_out(c.lease, c.group, c.out);
+                if r.is_err() {
+                    c.out.truncate(len);
+                }
+                r
+            })
+            .collect()
+    }
     /// Stops all further copies (the engine disconnected); copies in progress finish first.
     fn detach(&self);
     /// The pool's staged Load, for a pool whose pages this process cannot write directly
@@ -40,6 +56,17 @@ pub trait PagePool: Send + Sync {
     fn staged(&self) -> Option<&dyn StagedLoad> {
         None
     }
+}
+
+/// One page of a batched copy-out ([`PagePool::copy_out_many`]): the leased page, the group
+/// whose layers are copied, and the buffer they are appended to (packed).
+pub struct CopyOut<'a> {
+    /// The page, leased.
+    pub lease: &'a PageLease,
+    /// The layout group copied.
+    pub group: u32,
+    /// Where the layers go.
+    pub out: &'a mut Vec<u8>,
 }
 
 /// A Load through the pool's staging memory: a batch of pages, each item's bytes written by

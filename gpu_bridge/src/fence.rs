@@ -9,7 +9,7 @@ use std::ops::Range;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::backend::{PageLease, PagePool};
+use crate::backend::{CopyOut, PageLease, PagePool};
 use crate::error::{Error, Result};
 use crate::pool::{PageRef, PoolId};
 
@@ -140,5 +140,23 @@ impl Bridge {
         out: &mut Vec<u8>,
     ) -> Result<()> {
         lease.pool().copy_out(lease, group, out)
+    }
+
+    /// [`Bridge::publish_appending`] for each of `pages`, one result each in order: a run of
+    /// pages of one pool is copied in one batched call ([`PagePool::copy_out_many`]).
+    pub fn publish_appending_many(&self, pages: &mut [CopyOut<'_>]) -> Vec<Result<()>> {
+        let mut results = Vec::with_capacity(pages.len());
+        let mut rest = pages;
+        while let Some(first) = rest.first() {
+            let pool = first.lease.pool().clone();
+            let run = rest
+                .iter()
+                .take_while(|c| Arc::ptr_eq(c.lease.pool(), &pool))
+                .count();
+            let (now, later) = rest.split_at_mut(run);
+            results.extend(pool.copy_out_many(now));
+            rest = later;
+        }
+        results
     }
 }

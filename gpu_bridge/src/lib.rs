@@ -29,7 +29,7 @@ pub mod nontemporal;
 pub mod pool;
 pub mod staging;
 
-pub use backend::{PageLease, PagePool, StagedLoad};
+pub use backend::{CopyOut, PageLease, PagePool, StagedLoad};
 pub use error::{Error, Result};
 pub use fence::Bridge;
 pub use host::{AttachedPool, FencedStates, HostPool};

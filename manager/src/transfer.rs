@@ -12,12 +12,13 @@ use std::sync::Arc;
 
 use orbitkv_gpu_bridge::staging::Item;
 use orbitkv_gpu_bridge::{
-    AttachedPool, Bridge, Error as BridgeError, PageLease, PageMemory, PagePool, PoolId, PoolSpec,
+    AttachedPool, Bridge, CopyOut, Error as BridgeError, PageLease, PageMemory, PagePool, PoolId,
+    PoolSpec,
 };
 use orbitkv_protocol::ErrorCode;
 use orbitkv_protocol::PageStatus;
 use orbitkv_protocol::message::{LoadPage, PublishPage};
-use orbitkv_segments::{Alignment, RecordMeta};
+use orbitkv_segments::RecordMeta;
 use orbitkv_state::{CacheGroupId, RankSpec, Ranks, StateKey, TokenRange};
 use orbitkv_store::{FrameBuf, Pin, Prepared, Retry, StateStore};
 
@@ -478,8 +479,9 @@ impl Copied {
 
 /// Copies each page out (fenced, re-checked seqlock-style: a page reused during its copy is not
 /// kept) into frames built in place for `store` ([`FrameBuf::begin`]: the store then writes
-/// them, and keeps them in its DRAM tier, without copying), in buffers from `take`. Once this
-/// returns the engine may reuse every page: nothing reads them afterwards.
+/// them, and keeps them in its DRAM tier, without copying), in buffers from `take`. The pages of
+/// one pool are copied in one batched call (a device pool pipelines them through its staging
+/// memory). Once this returns the engine may reuse every page: nothing reads them afterwards.
 pub fn copy_out(
     bridge: &Bridge,
     session: &Session,
@@ -490,12 +492,40 @@ pub fn copy_out(
     let inst: &Arc<crate::session::SealedInstance> = &session.instance;
     let alignment = store.frame_alignment();
     let mut statuses = vec![PageStatus::Ok; pages.len()];
-    let mut records = Vec::with_capacity(pages.len());
-    let mut unused = Vec::new();
+    // Each page's position, record, lease and group, and a buffer for its frame.
+    let mut leased = Vec::with_capacity(pages.len());
     for (i, p) in pages.iter().enumerate() {
-        let mut buf = take();
-        match copy_page(bridge, inst, session.rank, p, alignment, &mut buf) {
-            Ok(meta) => records.push((i, meta, buf)),
+        match lease_page(bridge, inst, session.rank, p) {
+            Ok((meta, lease)) => leased.push((i, meta, lease, p.group, take())),
+            Err(status) => statuses[i] = status,
+        }
+    }
+    let copies = {
+        let mut outs: Vec<CopyOut<'_>> = leased
+            .iter_mut()
+            .map(|(_, _, lease, group, buf)| {
+                let expected = lease.pool().spec().group(*group).map_or(0, |g| {
+                    usize::try_from(g.bytes_for(&g.all_layers())).unwrap_or(0)
+                });
+                CopyOut {
+                    lease,
+                    group: *group,
+                    out: buf.begin(alignment, expected),
+                }
+            })
+            .collect();
+        bridge.publish_appending_many(&mut outs)
+    };
+    let mut records = Vec::with_capacity(leased.len());
+    let mut unused = Vec::new();
+    for ((i, meta, lease, _, mut buf), copied) in leased.into_iter().zip(copies) {
+        drop(lease);
+        // Its CRC32C; the fill to the alignment unit.
+        let framed = copied
+            .map_err(|e| status_of(&e))
+            .and_then(|()| buf.finish(alignment).map_err(|_| PageStatus::BadGeometry));
+        match framed {
+            Ok(()) => records.push((i, meta, buf)),
             Err(status) => {
                 statuses[i] = status;
                 buf.clear();
@@ -692,15 +722,14 @@ pub fn store_copies(store: &StateStore, publishes: &mut [&mut Copied]) -> Vec<St
     out
 }
 
-/// Copies one page out into `buf` (fenced, re-checked) and names the record it becomes.
-fn copy_page(
+/// Checks one page of a Publish against the instance's contract, names the record it becomes,
+/// and leases the page.
+fn lease_page(
     bridge: &Bridge,
     inst: &crate::session::SealedInstance,
     session_rank: u32,
     p: &PublishPage,
-    alignment: Alignment,
-    buf: &mut FrameBuf,
-) -> Result<RecordMeta, PageStatus> {
+) -> Result<(RecordMeta, PageLease), PageStatus> {
     let contract = inst
         .contract
         .groups()
@@ -743,19 +772,11 @@ fn copy_page(
     let lease = bridge
         .lease(inst.epoch, p.page)
         .map_err(|e| status_of(&e))?;
-    let expected = lease.pool().spec().group(p.group).map_or(0, |g| {
-        usize::try_from(g.bytes_for(&g.all_layers())).unwrap_or(0)
-    });
-    bridge
-        .publish_appending(&lease, p.group, buf.begin(alignment, expected))
-        .map_err(|e| status_of(&e))?;
-    drop(lease);
-    // Its CRC32C while the page is still in cache; the fill to the alignment unit.
-    buf.finish(alignment).map_err(|_| PageStatus::BadGeometry)?;
-    Ok(RecordMeta {
+    let meta = RecordMeta {
         key: k,
         parent,
         range,
         format,
-    })
+    };
+    Ok((meta, lease))
 }

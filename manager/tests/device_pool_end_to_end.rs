@@ -120,7 +120,7 @@ fn engine(socket: &std::path::Path) {
     let back: Vec<Item> = (8..13).map(item).collect();
     let mut outs = vec![Vec::new(); back.len()];
     copier
-        .copy_out(&region, &spec, &back, &mut outs)
+        .copy_out(&region, &spec, &back, |i, b| outs[i].extend_from_slice(b))
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(
         outs[..4] == blocks[..],

@@ -8,7 +8,7 @@
 use super::driver::{Cuda, DeviceRegion, Event, Pinned, Stream};
 use crate::error::{Error, Result};
 use crate::pool::PoolSpec;
-use crate::staging::{Item, Strided, plan, strided_copies};
+use crate::staging::{Batch, Item, Strided, plan, strided_copies};
 
 /// Copies pages between host bytes and a device region through two pinned staging halves:
 /// while the device drains one, the host fills the other; each batch ends with an event, and
@@ -116,39 +116,78 @@ impl DeviceCopier {
         self.stream.record()?.wait()
     }
 
-    /// Copies `items` out of `region`, appending item `i`'s layers (packed) to `outs[i]`, in
-    /// batches.
+    /// Copies `items` out of `region` in batches, through both staging halves: while the CPU
+    /// hands one batch's bytes to `out(i, bytes)` (item `i`'s layers, packed), the device
+    /// fills the other half with the next batch. Items come out in order. On an error the stream
+    /// is drained before returning, and items not yet handed out never will be.
     pub fn copy_out(
         &mut self,
         region: &DeviceRegion,
         spec: &PoolSpec,
         items: &[Item],
-        outs: &mut [Vec<u8>],
+        mut out: impl FnMut(usize, &[u8]),
     ) -> Result<()> {
-        let _drain = DrainOnUnwind(&self.stream);
-        for b in plan(spec, items, self.batch_bytes())? {
-            let placed = b.items.clone().zip(b.item_offsets.iter().copied());
-            for c in strided_copies(spec, placed.map(|(i, at)| (&items[i], at)))? {
-                let src = region.at(c.device_offset, span(&c)?)?;
-                let half = &mut self.halves[0];
-                if c.rows == 1 {
-                    self.stream
-                        .dtoh(half, c.staging_offset..c.staging_offset + c.len, src)?;
-                } else {
-                    self.stream.dtoh_2d(half, src, pitch(&c)?, &c)?;
-                }
-            }
-            self.stream.record()?.wait()?;
-            let staged = self.halves[0].as_slice();
-            for (j, i) in b.items.clone().enumerate() {
-                let out = outs
-                    .get_mut(i)
-                    .ok_or_else(|| Error::Geometry(format!("no output for item {i}")))?;
-                out.extend_from_slice(&staged[b.staged(j)]);
+        let Self { stream, halves } = self;
+        let _drain = DrainOnUnwind(stream);
+        let r = out_batches(stream, halves, region, spec, items, &mut out);
+        if r.is_err() {
+            let _ = stream.synchronize();
+        }
+        r
+    }
+}
+
+/// [`DeviceCopier::copy_out`]'s batches, on the copier's two parts borrowed apart.
+fn out_batches(
+    stream: &Stream,
+    halves: &mut [Pinned; 2],
+    region: &DeviceRegion,
+    spec: &PoolSpec,
+    items: &[Item],
+    out: &mut impl FnMut(usize, &[u8]),
+) -> Result<()> {
+    let batches = plan(spec, items, halves[0].as_slice().len())?;
+    // The batch queued last, not yet handed out: its event, its index, its half.
+    let mut pending: Option<(Event, usize, usize)> = None;
+    for (n, b) in batches.iter().enumerate() {
+        let k = n % 2;
+        // Half `k` was last filled by batch `n - 2`, handed out in the previous round.
+        let placed = b.items.clone().zip(b.item_offsets.iter().copied());
+        for c in strided_copies(spec, placed.map(|(i, at)| (&items[i], at)))? {
+            let src = region.at(c.device_offset, span(&c)?)?;
+            if c.rows == 1 {
+                stream.dtoh(
+                    &mut halves[k],
+                    c.staging_offset..c.staging_offset + c.len,
+                    src,
+                )?;
+            } else {
+                stream.dtoh_2d(&mut halves[k], src, pitch(&c)?, &c)?;
             }
         }
-        Ok(())
+        let queued = (stream.record()?, n, k);
+        if let Some((ev, m, h)) = pending.replace(queued) {
+            ev.wait()?;
+            hand_out(&batches[m], &halves[h], out)?;
+        }
     }
+    if let Some((ev, m, h)) = pending {
+        ev.wait()?;
+        hand_out(&batches[m], &halves[h], out)?;
+    }
+    Ok(())
+}
+
+/// Hands each item of `b`, copied into `half`, to `out`.
+fn hand_out(b: &Batch, half: &Pinned, out: &mut impl FnMut(usize, &[u8])) -> Result<()> {
+    let staged = half.as_slice();
+    for (j, i) in b.items.clone().enumerate() {
+        let bytes = staged
+            .get(b.staged(j))
+            .ok_or_else(|| Error::Geometry(format!("item {i} outside the staging half")))?;
+        out(i, bytes);
+    }
+    Ok(())
 }
 
 /// [`DeviceCopier::load_with`]'s batches, on the copier's two parts borrowed apart (a guard

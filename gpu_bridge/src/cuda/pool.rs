@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::copier::DeviceCopier;
 use super::driver::{Cuda, DeviceRegion};
-use crate::backend::{PageLease, PagePool, StagedLoad};
+use crate::backend::{CopyOut, PageLease, PagePool, StagedLoad};
 use crate::error::{Error, Result};
 use crate::host::FencedStates;
 use crate::pool::{PageRef, PoolSpec, generation_of};
@@ -77,23 +77,6 @@ impl CudaPool {
         self.cuda.bind()?;
         Ok(self.copier.lock().unwrap_or_else(|e| e.into_inner()))
     }
-
-    /// Appends all layers of `group` of the leased page to `out`, then re-checks the page's
-    /// generation (as the host backend does: a page reused during the copy is not kept).
-    fn append_page(&self, lease: &PageLease, group: u32, out: &mut Vec<u8>) -> Result<()> {
-        self.check_attached()?;
-        let page = lease.page();
-        let before = generation_of(self.states.check(page)?);
-        let g = self.spec.group(group)?;
-        let item = Item {
-            page,
-            group,
-            layers: g.all_layers(),
-        };
-        self.copier()?
-            .copy_out(&self.region, &self.spec, &[item], std::slice::from_mut(out))?;
-        self.states.check_unchanged(page, before)
-    }
 }
 
 impl PagePool for CudaPool {
@@ -137,12 +120,62 @@ impl PagePool for CudaPool {
     }
 
     fn copy_out(&self, lease: &PageLease, group: u32, out: &mut Vec<u8>) -> Result<()> {
-        let start = out.len();
-        let r = self.append_page(lease, group, out);
-        if r.is_err() {
-            out.truncate(start);
+        let mut one = [CopyOut { lease, group, out }];
+        let r = self.copy_out_many(&mut one).pop();
+        r.unwrap_or_else(|| Err(Error::Geometry("no result for the page".into())))
+    }
+
+    /// Fences every page, copies them out in batches through both staging halves, then
+    /// re-checks each page's generation (as the host backend does: a page reused during the
+    /// copy is not kept).
+    fn copy_out_many(&self, pages: &mut [CopyOut<'_>]) -> Vec<Result<()>> {
+        let mut results = Vec::with_capacity(pages.len());
+        let mut items = Vec::with_capacity(pages.len());
+        // Per item: its page's position, its generation before the copy, its buffer's length.
+        let mut copying = Vec::with_capacity(pages.len());
+        for (i, c) in pages.iter().enumerate() {
+            let fenced = self.check_attached().and_then(|()| {
+                let page = c.lease.page();
+                let before = generation_of(self.states.check(page)?);
+                let layers = self.spec.group(c.group)?.all_layers();
+                let group = c.group;
+                Ok((
+                    Item {
+                        page,
+                        group,
+                        layers,
+                    },
+                    before,
+                ))
+            });
+            match fenced {
+                Ok((item, before)) => {
+                    items.push(item);
+                    copying.push((i, before, c.out.len()));
+                    results.push(Ok(()));
+                }
+                Err(e) => results.push(Err(e)),
+            }
         }
-        r
+        if items.is_empty() {
+            return results;
+        }
+        let copied = self.copier().and_then(|mut copier| {
+            copier.copy_out(&self.region, &self.spec, &items, |j, bytes| {
+                pages[copying[j].0].out.extend_from_slice(bytes);
+            })
+        });
+        for (it, &(i, before, len)) in items.iter().zip(&copying) {
+            let r = match &copied {
+                Ok(()) => self.states.check_unchanged(it.page, before),
+                Err(e) => Err(each_page(e)),
+            };
+            if let Err(e) = r {
+                pages[i].out.truncate(len);
+                results[i] = Err(e);
+            }
+        }
+        results
     }
 
     fn detach(&self) {
@@ -180,5 +213,22 @@ impl StagedLoad for CudaPool {
             |i, dst| fenced[i] && fill(i, dst),
             |i| done(i, Ok(())),
         )
+    }
+}
+
+/// What a batch's failure gives each of its pages: an error of the same kind.
+fn each_page(e: &Error) -> Error {
+    match e {
+        Error::Geometry(s) => Error::Geometry(s.clone()),
+        Error::Region(s) => Error::Region(s.clone()),
+        &Error::Length { expected, got } => Error::Length { expected, got },
+        Error::Device { call, detail } => Error::Device {
+            call,
+            detail: detail.clone(),
+        },
+        other => Error::Device {
+            call: "copy out",
+            detail: other.to_string(),
+        },
     }
 }

@@ -305,3 +305,52 @@ fn an_unregistered_pool_is_let_go_of_once_no_copy_holds_it() -> Result<()> {
     assert!(bridge.unregister_and_release(PoolId(2), Duration::ZERO)?);
     Ok(())
 }
+
+#[test]
+fn a_batched_copy_out_gives_each_page_its_bytes_or_its_own_error() -> Result<()> {
+    let (page, pages) = (4096u64, 4u32);
+    let mut other = spec(page, pages);
+    other.pool = PoolId(3);
+    let engines = [
+        HostPool::create(spec(page, pages))?,
+        HostPool::create(other)?,
+    ];
+    let bridge = crate::Bridge::new();
+    for e in &engines {
+        bridge.register(attach(e, e.spec().clone())?)?;
+        for i in 0..pages {
+            let bytes = vec![(e.spec().pool.0 * 16 + i) as u8; page as usize];
+            e.write_group(i, 0, &bytes)?;
+        }
+    }
+    // Pool 2's pages 0 and 1, pool 3's page 2, pool 2's page 3 (three runs of one pool), and
+    // pool 2's page 2 naming a group the pool lacks.
+    let named = [(0, 0, 0), (0, 1, 0), (1, 2, 0), (0, 3, 0), (0, 2, 9)];
+    let leases = named
+        .iter()
+        .map(|&(e, i, _)| bridge.lease(1, engines[e].page_ref(i)?))
+        .collect::<Result<Vec<_>>>()?;
+    let mut outs: Vec<Vec<u8>> = vec![vec![0xee]; named.len()];
+    let mut pages_out: Vec<crate::CopyOut<'_>> = leases
+        .iter()
+        .zip(&named)
+        .zip(&mut outs)
+        .map(|((lease, &(_, _, group)), out)| crate::CopyOut { lease, group, out })
+        .collect();
+    let results = bridge.publish_appending_many(&mut pages_out);
+    assert_eq!(results.len(), named.len());
+    for (k, (&(e, i, group), r)) in named.iter().zip(&results).enumerate() {
+        let out = &outs[k];
+        if group == 9 {
+            assert!(matches!(r, Err(Error::Geometry(_))), "page {k}: {r:?}");
+            assert_eq!(out, &[0xee], "a refused page's buffer is as it was");
+        } else {
+            assert!(r.is_ok(), "page {k}: {r:?}");
+            let fill = (engines[e].spec().pool.0 * 16 + i) as u8;
+            assert_eq!(out[0], 0xee, "appended after what was there");
+            assert!(out[1..].iter().all(|&b| b == fill), "page {k}: other bytes");
+            assert_eq!(out.len(), 1 + page as usize);
+        }
+    }
+    Ok(())
+}
