@@ -145,10 +145,13 @@ impl DramTier {
         });
     }
 
-    /// Keeps the record of `key` at `sequence` in `frame`, the buffer it was written from,
-    /// without copying it (as [`DramTier::insert`] keeps a copy); returns the memory of an
-    /// evicted copy of the same length, where there is one, for the caller's next copy. A
-    /// buffer much larger than its payload is copied instead (the tier counts payload bytes).
+    /// Keeps the record of `key` at `sequence`, written from `frame`, trading buffers where it
+    /// can: when the tier has the memory of an evicted copy of the same length, it keeps `frame`
+    /// itself and returns that memory, for the caller's next copy. Otherwise (the tier is still
+    /// filling) it keeps a copy and returns `None`: the caller's frame stays the caller's, so
+    /// its next copy needs no fresh memory either, and the copy's page faults fall here, not on
+    /// the caller's copy. A buffer much larger than its payload is always copied (the tier
+    /// counts payload bytes).
     pub(crate) fn take(
         &self,
         key: &StateKey,
@@ -161,9 +164,12 @@ impl DramTier {
             return None;
         }
         let mut traded = None;
-        self.keep(key, sequence, len, |free| {
-            traded = free;
-            Arc::clone(frame)
+        self.keep(key, sequence, len, |free| match free {
+            Some(memory) => {
+                traded = Some(memory);
+                Arc::clone(frame)
+            }
+            None => Arc::new(frame.duplicate()),
         });
         traded
     }
@@ -390,7 +396,7 @@ mod tests {
     }
 
     #[test]
-    fn take_keeps_frames_and_trades_evicted_memory_once_full() {
+    fn take_copies_while_filling_and_trades_evicted_memory_once_full() {
         let len = 64 << 10;
         let t = DramTier::new(64 * len as u64);
         let mut out = Vec::new();
@@ -402,8 +408,9 @@ mod tests {
             memory = t.take(&key(i), i + 1, &f);
             assert!(t.get(&key(i), i + 1, &mut out));
             assert_eq!(out, vec![i as u8; len], "copy {i}");
-            // The frame itself is kept, not a copy.
-            assert_eq!(t.with(&key(i), i + 1, |b| b.as_ptr() as usize), Some(at));
+            // Trading, the frame itself is kept; filling, a copy.
+            let held = t.with(&key(i), i + 1, |b| b.as_ptr() as usize);
+            assert_eq!(held == Some(at), memory.is_some(), "copy {i}");
             kept += 1;
             if let Some(m) = &memory {
                 assert_eq!(

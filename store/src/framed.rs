@@ -117,6 +117,19 @@ impl FrameBuf {
         self.bytes.get(self.payload_at..end).unwrap_or_default()
     }
 
+    /// A copy in new memory laid out alike: a frame's copy starts where a frame for direct
+    /// segments must, so the copy's memory can hold a frame later.
+    pub(crate) fn duplicate(&self) -> FrameBuf {
+        let (mut bytes, pad) = aligned_vec(self.bytes.len() - self.pad);
+        bytes.extend_from_slice(&self.bytes[self.pad..]);
+        FrameBuf {
+            bytes,
+            pad,
+            payload_at: self.payload_at - self.pad + pad,
+            ..*self
+        }
+    }
+
     /// Bytes of memory it holds.
     pub fn capacity(&self) -> usize {
         self.bytes.capacity()

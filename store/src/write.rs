@@ -380,14 +380,15 @@ impl StateStore {
 
     /// Appends records whose payloads are in [`FrameBuf`]s and indexes them, as
     /// [`StateStore::put`] does. Frames built for [`StateStore::frame_alignment`] are written
-    /// as they are, and the DRAM tier keeps their buffers: on packed segments out of those
-    /// buffers, on direct ones gathered into one write buffer first (by `prepared`, from
-    /// [`StateStore::gather`] over exactly these frames, when given). Otherwise they are encoded
-    /// from their payloads (by `prepared`, from [`StateStore::prepare`] over exactly these
-    /// records, when given). On success `records`
-    /// is emptied, and for each record comes back the memory of a copy the tier evicted for
-    /// it, where there is one, for the caller's next copies; on a refusal before anything was
-    /// written, `records` is left as it was.
+    /// as they are: on packed segments out of those buffers, on direct ones gathered into one
+    /// write buffer first (by `prepared`, from [`StateStore::gather`] over exactly these
+    /// frames, when given). Otherwise they are encoded from their payloads (by `prepared`, from
+    /// [`StateStore::prepare`] over exactly these records, when given). Once the DRAM tier is
+    /// full it keeps the frames themselves; while it fills it keeps copies. On success
+    /// `records` is emptied, and for each record comes back memory for the caller's next
+    /// copies, where there is some: that of a copy the tier evicted for it, or the frame itself
+    /// when the tier did not keep it and no write still reads it. On a refusal before anything
+    /// was written, `records` is left as it was.
     pub fn put_frames(
         &self,
         records: &mut Vec<(RecordMeta, FrameBuf)>,
@@ -425,12 +426,15 @@ impl StateStore {
         };
         // After the writer's lock: a copy the tier holds is served only for the key and
         // sequence the index or a pin names, so it may arrive after its record is indexed.
+        // A frame the tier did not keep, and no write still reads, comes back itself.
         let memory = frames
-            .iter()
+            .into_iter()
             .enumerate()
             .map(|(i, (key, frame))| {
+                let sequence = receipt.first_sequence + i as u64;
                 self.dram
-                    .take(key, receipt.first_sequence + i as u64, frame)
+                    .take(&key, sequence, &frame)
+                    .or_else(|| Arc::try_unwrap(frame).ok())
             })
             .collect();
         Ok((receipt, memory))

@@ -3,7 +3,7 @@
 //! gathered into one buffer on direct ones); every byte reads back
 //! the same from the tier, from a write still in flight, from the file and after a reopen. A
 //! store that compresses encodes them from their payloads instead. A refused bundle is left to
-//! its caller.
+//! its caller. While the tier fills it keeps copies, and each frame comes back to its caller.
 
 #![expect(
     clippy::unwrap_used,
@@ -80,6 +80,38 @@ fn frames_built_in_place_read_back_everywhere_and_after_a_reopen() {
         drop(store);
         let store = StateStore::open(io, c).unwrap();
         all_read_back(&store, 1, 64, 300_000);
+    }
+}
+
+#[test]
+fn while_the_tier_fills_each_gathered_frame_comes_back_to_its_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(direct) = direct_or_skip(dir.path()) else {
+        return;
+    };
+    let io: Arc<dyn Io> = Arc::new(direct);
+    // A tier with room for every record, and none.
+    for (n, dram_bytes) in [64u64 << 20, 0].into_iter().enumerate() {
+        let mut c = StoreConfig::new(dir.path().join(format!("data{n}")));
+        c.durability = Durability::Group;
+        c.alignment = Alignment::Direct;
+        c.dram_bytes = dram_bytes;
+        let store = StateStore::open(io.clone(), c).unwrap();
+        store.register_namespace(NS, info()).unwrap();
+        for b in 0..4u64 {
+            let mut bundle = frames(&store, 3, b * 4, b * 4 + 4, 300_000);
+            let gathered = store.gather(&bundle.iter().map(|(_, f)| f).collect::<Vec<_>>());
+            let (_, memory) = store.put_frames(&mut bundle, gathered).unwrap();
+            // The tier kept copies (or nothing): the caller's next copies need no new memory.
+            assert!(
+                memory
+                    .iter()
+                    .all(|m| m.as_ref().is_some_and(|f| f.capacity() >= 300_000)),
+                "tier of {dram_bytes} bytes, bundle {b}: a frame kept from its caller"
+            );
+        }
+        store.sync().unwrap();
+        all_read_back(&store, 3, 16, 300_000);
     }
 }
 
