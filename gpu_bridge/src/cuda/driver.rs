@@ -60,7 +60,8 @@ fn released(r: CUresult) {
     }
 }
 
-/// Releases that failed in this process (see [`RELEASE_FAILURES`]).
+/// Driver calls that released a handle and failed, in this process: a drop cannot return an
+/// error, so this count is how a failure shows.
 pub fn release_failures() -> u64 {
     RELEASE_FAILURES.load(Ordering::Relaxed)
 }
