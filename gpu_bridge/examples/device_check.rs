@@ -334,7 +334,8 @@ impl Fenced {
             .map_err(err)?;
         let page = self.sources[0].len();
         let mut best = [f64::MAX; 2];
-        let mut outs = vec![Vec::with_capacity(page); PAGES as usize];
+        // The first round touches the buffers' memory; the best round reuses it.
+        let mut outs = vec![Vec::new(); PAGES as usize];
         for _ in 0..3 {
             for o in &mut outs {
                 o.clear();

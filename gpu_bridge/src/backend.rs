@@ -38,14 +38,7 @@ pub trait PagePool: Send + Sync {
     fn copy_out_many(&self, pages: &mut [CopyOut<'_>]) -> Vec<Result<()>> {
         pages
             .iter_mut()
-            .map(|c| {
-                let len = c.out.len();
-                let r = self.copy_out(c.lease, c.group, c.out);
-                if r.is_err() {
-                    c.out.truncate(len);
-                }
-                r
-            })
+            .map(|c| self.copy_out(c.lease, c.group, c.out))
             .collect()
     }
     /// Stops all further copies (the engine disconnected); copies in progress finish first.
