@@ -10,7 +10,9 @@
 //!   its own connection, publishing 16 pages of 256 KiB at a time, reusing its pages once
 //!   copied — their bytes written once, as a GPU would write them, not by the CPUs the daemon
 //!   uses — with up to 4 Publishes waiting to be durable; 512 MiB a repetition, after a
-//!   discarded warm-up that fills the DRAM tier with copies of this page size) vs raw O_DIRECT
+//!   discarded warm-up that fills the daemon's SSD budget of 4 GiB, so that each repetition
+//!   reclaims as much as it writes, as a cache node's store does, and the DRAM tier with
+//!   copies of this page size) vs raw O_DIRECT
 //!   writes of the same bytes to one file with one fdatasync per batch (a batch: one Publish of
 //!   every publisher), from a buffer on huge pages as the store's write buffers are (on
 //!   scattered 4 KiB pages the same writes run up to a third slower); each repetition pairs a
@@ -52,6 +54,9 @@ use orbitkv_store::io::aligned::write_vec;
 const PAGES: u32 = 16;
 /// The daemon's DRAM tier.
 const DRAM_BYTES: u64 = 256 << 20;
+/// The daemon's SSD budget (segments of a 64th of it): a cache node's store runs full, so
+/// every repetition reclaims segments as it writes.
+const SSD_BYTES: u64 = 4 << 30;
 /// Publishes one publisher has waiting to be durable at most.
 const DEPTH: usize = 4;
 
@@ -209,7 +214,7 @@ fn main() {
     std::fs::create_dir_all(&base).unwrap();
     let tmp = tempfile::tempdir_in(&base).unwrap();
     let null_disk = env_u64("ORBITKV_BENCH_NULL_DISK", 0) != 0;
-    let d = Daemon::start_on(tmp.path(), DRAM_BYTES, null_disk);
+    let d = Daemon::start_on(tmp.path(), DRAM_BYTES, Some(SSD_BYTES), null_disk);
     println!(
         "group-commit bench: {reps} interleaved repetitions{}",
         if null_disk {
@@ -319,10 +324,11 @@ fn durable(d: &Daemon, dir: &Path, reps: u32, counts: &[usize]) {
         let rounds = (REP_BYTES / (per_publish * publishers)).max(DEPTH) as u32;
         let bytes = (per_publish * publishers) as f64 * f64::from(rounds);
         let (mut daemon, mut raw, mut uring) = (Vec::new(), Vec::new(), Vec::new());
-        // Discarded warm-up: Publishes of the DRAM tier's budget, so that it holds copies of
-        // this page size (whose memory each new copy takes over), as a server publishing
-        // pages of one size does after its first minutes.
-        let warm = (DRAM_BYTES / bytes as u64).max(1) as u32 + 1;
+        // Discarded warm-up: Publishes of the SSD budget, so that the store is full (each
+        // repetition then reclaims as much as it writes) and the DRAM tier holds copies of
+        // this page size (whose memory each new copy takes over), as on a server publishing
+        // pages of one size after its first hours.
+        let warm = (SSD_BYTES.max(DRAM_BYTES) / bytes as u64).max(1) as u32 + 1;
         let mut ratios = Vec::new();
         let raw_file = dir.join("raw.bin");
         for rep in 0..warm + reps {

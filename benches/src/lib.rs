@@ -177,16 +177,21 @@ pub struct Daemon {
 impl Daemon {
     /// Starts one on a store in `dir/data`.
     pub fn start(dir: &std::path::Path, dram_bytes: u64) -> Self {
-        Self::start_on(dir, dram_bytes, false)
+        Self::start_on(dir, dram_bytes, None, false)
     }
 
-    /// As [`Daemon::start`]; with `null_disk`, the store's payload writes never reach the disk
-    /// ([`null_disk::NullDisk`]).
+    /// As [`Daemon::start`], with an SSD budget of `ssd_bytes` (none: unbounded); with
+    /// `null_disk`, the store's payload writes never reach the disk ([`null_disk::NullDisk`]).
     #[expect(
         clippy::unwrap_used,
         reason = "a benchmark harness: a failed setup step ends the run"
     )]
-    pub fn start_on(dir: &std::path::Path, dram_bytes: u64, null_disk: bool) -> Self {
+    pub fn start_on(
+        dir: &std::path::Path,
+        dram_bytes: u64,
+        ssd_bytes: Option<u64>,
+        null_disk: bool,
+    ) -> Self {
         use orbitkv_store::{Durability, StateStore, StoreConfig};
         let data = dir.join("data");
         std::fs::create_dir_all(&data).unwrap();
@@ -202,6 +207,8 @@ impl Daemon {
             c.alignment = orbitkv_segments::Alignment::Direct;
         }
         c.dram_bytes = dram_bytes;
+        // Segments are then a 64th of the budget at most (the store clamps them).
+        c.ssd_bytes = ssd_bytes;
         let store = std::sync::Arc::new(StateStore::open(io, c).unwrap());
         let socket = dir.join("orbitkv.sock");
         let server = orbitkv_manager::server::Server::bind(

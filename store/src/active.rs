@@ -272,7 +272,29 @@ impl Active {
         seg.file
             .write_all_at(&header.encode(), 0)
             .map_err(io_err(&seg.path, "write segment header"))?;
-        Ok(Self {
+        Ok(Self::empty(header, seg, compression))
+    }
+
+    /// A new active segment over the spare file (crate::spare), `size` bytes long with `header`
+    /// already written, and blocks reserved up to `reserved`: its appends overwrite the file's
+    /// earlier bytes, and sealing cuts the file at the trailer.
+    pub(crate) fn over_spare(
+        header: SegmentHeader,
+        seg: Arc<SegmentFile>,
+        compression: Compression,
+        size: u64,
+        reserved: u64,
+    ) -> Self {
+        Self {
+            preallocated: true,
+            reserved,
+            sized_len: size,
+            ..Self::empty(header, seg, compression)
+        }
+    }
+
+    fn empty(header: SegmentHeader, seg: Arc<SegmentFile>, compression: Compression) -> Self {
+        Self {
             header,
             seg,
             len: SEGMENT_HEADER_LEN as u64,
@@ -286,7 +308,7 @@ impl Active {
             preallocated: false,
             reserved: 0,
             sized_len: 0,
-        })
+        }
     }
 
     /// An active segment recovered on open, continuing after its valid frames.

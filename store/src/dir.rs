@@ -20,6 +20,8 @@ pub const MANIFEST_FILE: &str = "manifest.log";
 pub const LOCK_FILE: &str = "LOCK";
 /// The segments' directory.
 pub const SEGMENTS_DIR: &str = "segments";
+/// A reclaimed segment's file, kept in the segments directory for the next segment to reuse.
+pub const SPARE_SEGMENT: &str = "spare.free";
 
 /// Paths inside a data directory.
 #[derive(Debug, Clone)]
@@ -54,6 +56,10 @@ impl Layout {
     /// The file of segment `id`.
     pub fn segment(&self, id: u64) -> PathBuf {
         self.segments().join(format!("{id:08x}.seg"))
+    }
+    /// The spare segment file ([`SPARE_SEGMENT`]).
+    pub fn spare_segment(&self) -> PathBuf {
+        self.segments().join(SPARE_SEGMENT)
     }
 }
 

@@ -50,6 +50,7 @@ mod pins;
 mod read;
 mod reclaimer;
 mod recover;
+mod spare;
 pub mod stats;
 mod superseded;
 mod write;
@@ -130,6 +131,8 @@ struct Writer {
     probation: BTreeSet<u64>,
     /// Keys recently dropped from the probation log unread.
     ghost: Ghost,
+    /// The spare segment file's size, when one is kept (not counted in `ssd_used`).
+    spare: Option<u64>,
 }
 
 impl Writer {

@@ -117,6 +117,7 @@ impl StateStore {
             ssd_used: 0,
             probation: BTreeSet::new(),
             ghost: Ghost::default(),
+            spare: None,
         };
         // Seal what was active (or forget it when empty): recovery scans only one active tail.
         // If that cannot be written (a full disk), the store still opens and serves reads.
@@ -223,6 +224,17 @@ impl StateStore {
         };
         {
             let mut w = store.writer();
+            // A spare kept before the restart is reused, or removed where the store no longer
+            // recycles (crate::spare); a read-only store leaves it alone.
+            if !store.config.read_only
+                && let Some(size) = store.find_spare()
+            {
+                if store.recycles() {
+                    w.spare = Some(size);
+                } else {
+                    store.remove_segment_file(&store.layout.spare_segment());
+                }
+            }
             store.recount_used(&mut w);
         }
         Ok(store)

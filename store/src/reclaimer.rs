@@ -267,7 +267,16 @@ impl StateStore {
 
     /// Reclaims segments until `need` more bytes fit the SSD budget. Fails with
     /// [`Error::CapacityExhausted`] when every reclaimable segment is pinned or active.
-    pub(crate) fn make_room(&self, w: &mut Writer, need: u64) -> Result<()> {
+    ///
+    /// `next` names the append the room is for (its log and frame bytes). When that append
+    /// starts a new segment, a reclaimed file is kept as the spare (crate::spare) and the new
+    /// segment takes it over within the same put: the spare's bytes count as room.
+    pub(crate) fn make_room(
+        &self,
+        w: &mut Writer,
+        need: u64,
+        next: Option<(Log, u64)>,
+    ) -> Result<()> {
         let Some(budget) = self.config.ssd_bytes else {
             return Ok(());
         };
@@ -284,7 +293,12 @@ impl StateStore {
         let max_rounds = 2 * segments + 8;
         let mut rounds = 0usize;
         let mut fruitless = 0usize;
-        while w.ssd_used + need > budget {
+        // The spare's bytes, when the next append's new segment takes it over.
+        let credit = |w: &Writer| match (w.spare, next) {
+            (Some(spare), Some((log, n))) if self.starts_segment(w, log, n) => spare,
+            _ => 0,
+        };
+        while w.ssd_used + need > budget.saturating_add(credit(w)) {
             rounds += 1;
             let victim = (rounds <= max_rounds && fruitless <= segments + 1)
                 .then(|| self.pick_victim(w, budget))
@@ -298,7 +312,7 @@ impl StateStore {
                 });
             };
             let before = w.ssd_used;
-            self.reclaim(w, victim)?;
+            self.reclaim(w, victim, next)?;
             self.recount_used(w);
             if w.ssd_used >= before {
                 fruitless += 1;
@@ -347,8 +361,10 @@ impl StateStore {
     }
 
     /// Reclaims sealed segment `id`: copies the records the policy keeps into the main log
-    /// (synced), moves the index to them, drops the rest, commits the deletion, removes the file.
-    fn reclaim(&self, w: &mut Writer, id: u64) -> Result<()> {
+    /// (synced), moves the index to them, drops the rest, commits the deletion, removes the file
+    /// — or keeps it as the spare, when the append `next` starts a new segment (after the
+    /// copies, which may have started one already).
+    fn reclaim(&self, w: &mut Writer, id: u64, next: Option<(Log, u64)>) -> Result<()> {
         let Some(file) = self.segment_file(id) else {
             return Ok(());
         };
@@ -423,7 +439,8 @@ impl StateStore {
             .remove(&id);
         w.probation.remove(&id);
         self.superseded.segment_gone(id);
-        self.remove_segment_file(&file.path);
+        let keep = next.is_some_and(|(log, n)| self.starts_segment(w, log, n));
+        self.retire_segment_file(w, &file, keep);
         // Durable now, or the file could come back after a power loss, an orphan.
         self.sync_segments_dir();
         Stats::add(&self.stats.reclaimed_segments, 1);

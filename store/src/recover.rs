@@ -384,7 +384,7 @@ pub(crate) fn recover(
     if let Ok(names) = io.list_dir(&layout.segments()) {
         report.orphans = names
             .into_iter()
-            .filter(|n| !listed_names.contains(n))
+            .filter(|n| !listed_names.contains(n) && !crate::spare::is_spare(n))
             .collect();
     }
     Ok(Recovered {

@@ -64,10 +64,11 @@ pub struct PutReceipt {
 
 impl StateStore {
     /// A new segment (for `log`'s appends, or for compaction output): the manifest names it
-    /// durably before the file exists; blocks for a whole segment are reserved up front
-    /// (released past the end when it is sealed; a disk too full for that still takes appends
-    /// until it is truly full); its header is written and synced. A segment's id is its segment
-    /// sequence, so ids are never reused.
+    /// durably before the file exists; the file is the spare when one is kept (crate::spare),
+    /// else a new one; blocks for a whole segment are reserved up front (released past the end
+    /// when it is sealed; a disk too full for that still takes appends until it is truly full);
+    /// its header is written and synced. A segment's id is its segment sequence, so ids are
+    /// never reused.
     pub(crate) fn create_segment(&self, w: &mut Writer) -> Result<Active> {
         let seq = w
             .manifest
@@ -87,12 +88,6 @@ impl StateStore {
         };
         w.append_manifest(ManifestRecord::SegmentCreated(created))?;
         let path = self.layout.segment(id);
-        let file = self
-            .io
-            .open(&path, OpenMode::CreateNew)
-            .map_err(io_err(&path, "create segment"))?;
-        let preallocated = file.preallocate(self.config.segment_bytes).is_ok();
-        let seg = Arc::new(SegmentFile::new(id, path, file));
         let header = SegmentHeader {
             segment_id: id,
             sequence: seq,
@@ -101,11 +96,28 @@ impl StateStore {
             alignment: self.config.alignment,
             compression: created.compression,
         };
-        let mut active = Active::create(header, seg, self.config.compression)?;
-        active.preallocated = preallocated;
-        if preallocated {
-            active.reserved = self.config.segment_bytes;
-        }
+        let mut active = if let Some((file, size)) = self.take_spare(w, &header, &path) {
+            let reserved = if file.preallocate(self.config.segment_bytes).is_ok() {
+                size.max(self.config.segment_bytes)
+            } else {
+                size
+            };
+            let seg = Arc::new(SegmentFile::new(id, path, file));
+            Active::over_spare(header, seg, self.config.compression, size, reserved)
+        } else {
+            let file = self
+                .io
+                .open(&path, OpenMode::CreateNew)
+                .map_err(io_err(&path, "create segment"))?;
+            let preallocated = file.preallocate(self.config.segment_bytes).is_ok();
+            let seg = Arc::new(SegmentFile::new(id, path, file));
+            let mut active = Active::create(header, seg, self.config.compression)?;
+            active.preallocated = preallocated;
+            if preallocated {
+                active.reserved = self.config.segment_bytes;
+            }
+            active
+        };
         active.sync()?;
         self.io
             .sync_dir(&self.layout.segments())
@@ -239,16 +251,26 @@ impl StateStore {
     /// Makes sure `log` has an active segment with room for `need` more bytes (sealing a full
     /// one, starting a new one); returns its id.
     pub(crate) fn ensure_active(&self, w: &mut Writer, log: Log, need: u64) -> Result<u64> {
-        let full = w.active[log as usize].as_ref().is_some_and(|a| {
-            !a.entries.is_empty() && a.len + need + a.seal_overhead() > self.config.segment_bytes
-        });
-        if full {
+        if self.is_full(w, log, need) {
             self.seal_active(w, log)?;
         }
         match w.active[log as usize].as_ref() {
             Some(a) => Ok(a.seg.id),
             None => self.start_segment(w, log),
         }
+    }
+
+    /// Whether `log`'s active segment has no room for `need` more bytes (it seals first).
+    fn is_full(&self, w: &Writer, log: Log, need: u64) -> bool {
+        w.active[log as usize].as_ref().is_some_and(|a| {
+            !a.entries.is_empty() && a.len + need + a.seal_overhead() > self.config.segment_bytes
+        })
+    }
+
+    /// Whether appending `need` bytes to `log` starts a new segment
+    /// ([`StateStore::ensure_active`]).
+    pub(crate) fn starts_segment(&self, w: &Writer, log: Log, need: u64) -> bool {
+        w.active[log as usize].is_none() || self.is_full(w, log, need)
     }
 
     /// Which log a bundle goes to: with S3-FIFO, the main log when the ghost set remembers one
@@ -515,8 +537,13 @@ impl StateStore {
             }
         }
         // Room for the bundle, and for a segment header and footer should it start one.
-        let room = need + (SEGMENT_HEADER_LEN as u64) * 2 + self.config.alignment.unit() as u64;
-        if let Err(e) = self.make_room(w, room) {
+        let mut room = need + (SEGMENT_HEADER_LEN as u64) * 2 + self.config.alignment.unit() as u64;
+        // A store that recycles makes room for a whole segment as it starts one, so the
+        // segment reclaimed for it becomes its file (crate::spare).
+        if self.recycles() && self.starts_segment(w, log, need) {
+            room = room.max(self.config.segment_bytes);
+        }
+        if let Err(e) = self.make_room(w, room, Some((log, need))) {
             if matches!(e, Error::CapacityExhausted { .. }) {
                 Stats::add(&self.stats.refused_puts, 1);
                 return Err(e);

@@ -1,0 +1,117 @@
+//! The spare segment file: a reclaimed segment's file, kept for the next new segment to
+//! overwrite instead of a fresh file.
+//!
+//! Writing blocks a file already holds costs a direct write no file-system metadata; writing a
+//! new or preallocated file's blocks makes each fdatasync also commit their allocation (on ext4,
+//! a journal commit). On this project's disks a sync per 4 MiB batch ran up to 1.7× faster over
+//! written blocks (docs/performance.md, group commit). So, as database logs recycle theirs, the
+//! store keeps one reclaimed file, named [`crate::dir::SPARE_SEGMENT`], and the next segment
+//! takes it over: its new header is written and synced first, then the file is renamed to the
+//! segment's name. Bytes of the file's earlier life after the new frames carry an older segment
+//! sequence, so a scan never takes them for this segment's (recovery truncates them as a torn
+//! tail), and a read checks the record sequence the index names, so a reader still holding the
+//! old segment reads a miss, never another record's bytes. A sealed segment's trailer is always
+//! the file's end: sealing cuts the file there.
+//!
+//! Only direct segments recycle: buffered writes leave block allocation to the page cache's
+//! writeback. The spare counts against the SSD budget, as every file in the segments directory
+//! does. It is kept only when the put that reclaimed it starts a new segment, which then takes
+//! it over at once: the spare's bytes count as that put's room, and no record is evicted for
+//! it. From then on the segment counts its appends, as a direct segment's file sized ahead of
+//! them does.
+
+use std::sync::Arc;
+
+use orbitkv_segments::{Alignment, SegmentHeader};
+
+use crate::active::SegmentFile;
+use crate::io::{IoFile, OpenMode};
+use crate::{StateStore, Writer};
+
+/// A segment file larger than this many configured segments is removed, not kept.
+const MAX_SPARE_SEGMENTS: u64 = 2;
+
+impl StateStore {
+    /// Gives up the file of a segment whose deletion the manifest has committed: with `keep`,
+    /// kept as the spare when there is none yet and it is no larger than
+    /// [`MAX_SPARE_SEGMENTS`] segments; else removed ([`StateStore::remove_segment_file`]).
+    /// The spare stays counted in the SSD budget, as any file in the segments directory. The
+    /// caller syncs the directory.
+    pub(crate) fn retire_segment_file(&self, w: &mut Writer, file: &SegmentFile, keep: bool) {
+        if keep && w.spare.is_none() && self.recycles() {
+            let size = file.file.size().unwrap_or(u64::MAX);
+            let spare = self.layout.spare_segment();
+            if size <= MAX_SPARE_SEGMENTS.saturating_mul(self.config.segment_bytes) {
+                match self.io.rename(&file.path, &spare) {
+                    Ok(()) => {
+                        w.spare = Some(size);
+                        return;
+                    }
+                    Err(e) => tracing::debug!(
+                        path = %file.path.display(),
+                        "cannot keep a reclaimed segment file as the spare ({e}); removing it"
+                    ),
+                }
+            }
+        }
+        self.remove_segment_file(&file.path);
+    }
+
+    /// The spare file, renamed to `seg_path` with `header` written and synced, and its size;
+    /// `None` when there is no spare or it cannot be taken over (then it is removed: a fresh
+    /// file is created instead). The caller syncs the directory.
+    pub(crate) fn take_spare(
+        &self,
+        w: &mut Writer,
+        header: &SegmentHeader,
+        seg_path: &std::path::Path,
+    ) -> Option<(Arc<dyn IoFile>, u64)> {
+        w.spare.take()?;
+        let spare = self.layout.spare_segment();
+        let taken = self.io.open(&spare, OpenMode::ReadWrite).and_then(|f| {
+            // The header is durable before the file takes the segment's name, so a file
+            // under that name never starts with another segment's header.
+            f.write_all_at(&header.encode(), 0)?;
+            f.sync()?;
+            let size = f.size()?;
+            self.io.rename(&spare, seg_path)?;
+            Ok((f, size))
+        });
+        match taken {
+            Ok((f, size)) => {
+                // Counted from now on as the new segment's appends.
+                w.ssd_used = w.ssd_used.saturating_sub(size);
+                Some((f, size))
+            }
+            Err(e) => {
+                tracing::debug!(
+                    path = %spare.display(),
+                    "cannot reuse the spare segment file ({e}); creating a new one"
+                );
+                self.remove_segment_file(&spare);
+                self.recount_used(w);
+                None
+            }
+        }
+    }
+
+    /// Whether reclaimed files are kept for reuse: with an SSD budget (else nothing is
+    /// reclaimed), on direct segments (buffered writes leave block allocation to writeback).
+    pub(crate) fn recycles(&self) -> bool {
+        self.config.ssd_bytes.is_some() && self.config.alignment == Alignment::Direct
+    }
+
+    /// The spare file's size when one is kept in the segments directory (on open).
+    pub(crate) fn find_spare(&self) -> Option<u64> {
+        let spare = self.layout.spare_segment();
+        self.io
+            .open(&spare, OpenMode::Read)
+            .and_then(|f| f.size())
+            .ok()
+    }
+}
+
+/// Whether `name`, in the segments directory, is the spare file.
+pub(crate) fn is_spare(name: &str) -> bool {
+    name == crate::dir::SPARE_SEGMENT
+}
