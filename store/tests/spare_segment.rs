@@ -56,30 +56,31 @@ fn spare(dir: &Path) -> PathBuf {
     dir.join("segments").join(orbitkv_store::dir::SPARE_SEGMENT)
 }
 
-/// Puts records `from..to` into a full store; returns how many new segments took over a
-/// reclaimed segment's file. Checks the budget and that no spare outlives a put.
+/// Puts record `i`; whether it started a new segment over a file that held a sealed segment
+/// (`seen`, the inodes of sealed segment files, gains those before the put).
+fn put_one(store: &StateStore, dir: &Path, i: u64, seen: &mut HashSet<u64>) -> bool {
+    for (id, sealed) in store.segments() {
+        if sealed {
+            seen.extend(inode(&segment_path(dir, id)));
+        }
+    }
+    let before = active(store);
+    let p = payload(3, i, LEN);
+    store
+        .put(&[(meta(i), p.as_slice())])
+        .unwrap_or_else(|e| panic!("put {i}: {e}"));
+    let now = active(store);
+    now != before
+        && now.is_some_and(|id| inode(&segment_path(dir, id)).is_some_and(|n| seen.contains(&n)))
+}
+
+/// Puts records `from..to`; returns how many new segments took over a reclaimed segment's
+/// file. Checks the budget and that no spare outlives a put.
 fn put_counting_recycled(store: &StateStore, dir: &Path, from: u64, to: u64) -> usize {
-    let mut seen: HashSet<u64> = HashSet::new();
+    let mut seen = HashSet::new();
     let mut recycled = 0;
-    let mut last = active(store);
     for i in from..to {
-        for (id, sealed) in store.segments() {
-            if sealed {
-                seen.extend(inode(&segment_path(dir, id)));
-            }
-        }
-        let p = payload(3, i, LEN);
-        store
-            .put(&[(meta(i), p.as_slice())])
-            .unwrap_or_else(|e| panic!("put {i}: {e}"));
-        let now = active(store);
-        if now != last
-            && let Some(id) = now
-            && inode(&segment_path(dir, id)).is_some_and(|n| seen.contains(&n))
-        {
-            recycled += 1;
-        }
-        last = now;
+        recycled += usize::from(put_one(store, dir, i, &mut seen));
         let used = store.usage().ssd_used;
         assert!(used <= BUDGET, "{used} bytes counted after put {i}");
         assert!(!spare(dir).exists(), "a spare outlived put {i}");
@@ -87,23 +88,37 @@ fn put_counting_recycled(store: &StateStore, dir: &Path, from: u64, to: u64) -> 
     recycled
 }
 
-#[test]
-fn a_full_direct_store_writes_new_segments_over_reclaimed_files() {
+/// A direct store in a new directory, filled past its budget with records `0..700`; `None`
+/// (skipped) without O_DIRECT.
+fn full_store() -> Option<(tempfile::TempDir, PathBuf, Arc<dyn Io>, StateStore)> {
     let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let dir = root.path().join("d");
-    let Some(direct) = direct_or_skip(root.path()) else {
+    let io: Arc<dyn Io> = Arc::new(direct_or_skip(root.path())?);
+    let store = open_on(&io, config(&dir, Some(BUDGET)));
+    put_counting_recycled(&store, &dir, 0, 700);
+    Some((root, dir, io, store))
+}
+
+/// Closes `store`; fsck then finds nothing wrong.
+fn close_clean(store: StateStore, dir: &Path) {
+    store.close().unwrap_or_else(|e| panic!("{e}"));
+    let report =
+        orbitkv_store::fsck::check(&StdIo, dir, &|_, _| {}).unwrap_or_else(|e| panic!("{e}"));
+    assert!(report.is_clean(), "{:?}", report.problems());
+}
+
+#[test]
+fn a_full_direct_store_writes_new_segments_over_reclaimed_files() {
+    // 700 records of 256 KiB: 175 MiB into a budget of 128 MiB, then 500 more.
+    let Some((_root, dir, _io, store)) = full_store() else {
         return;
     };
-    let io: Arc<dyn Io> = Arc::new(direct);
-    let store = open_on(&io, config(&dir, Some(BUDGET)));
-    // 600 records of 256 KiB: 150 MiB into a budget of 128 MiB, then as much again.
-    put_counting_recycled(&store, &dir, 0, 600);
-    let recycled = put_counting_recycled(&store, &dir, 600, 1_200);
+    let recycled = put_counting_recycled(&store, &dir, 700, 1_200);
     let s = store.stats();
     assert!(s.reclaimed_segments > 0, "{s:?}");
     assert!(
         recycled > 50,
-        "{recycled} of about 85 new segments took over a reclaimed file"
+        "{recycled} of about 70 new segments took over a reclaimed file"
     );
     store.sync().unwrap_or_else(|e| panic!("{e}"));
     // What is indexed is exactly what was put; the newest records are all there.
@@ -119,47 +134,23 @@ fn a_full_direct_store_writes_new_segments_over_reclaimed_files() {
     for i in 1_150..1_200 {
         assert_eq!(check(&store, 3, i, LEN), Some(true), "record {i}");
     }
-    store.close().unwrap_or_else(|e| panic!("{e}"));
-    let report =
-        orbitkv_store::fsck::check(&StdIo, &dir, &|_, _| {}).unwrap_or_else(|e| panic!("{e}"));
-    assert!(report.is_clean(), "{:?}", report.problems());
+    close_clean(store, &dir);
 }
 
 #[test]
 fn a_crash_over_a_recycled_file_serves_none_of_its_earlier_records() {
-    let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let dir = root.path().join("d");
-    let Some(direct) = direct_or_skip(root.path()) else {
+    let Some((_root, dir, io, store)) = full_store() else {
         return;
     };
-    let io: Arc<dyn Io> = Arc::new(direct);
-    let store = open_on(&io, config(&dir, Some(BUDGET)));
-    put_counting_recycled(&store, &dir, 0, 700);
-    // Put until a new segment takes over a reclaimed file, then one record more: the file
-    // holds the new header, one or two new frames, then its earlier life's frames.
+    // Put until a new segment takes over a reclaimed file: the file holds the new header, a
+    // new frame, then its earlier life's frames.
+    let mut seen = HashSet::new();
     let mut i = 700;
-    let mut seen: HashSet<u64> = HashSet::new();
-    loop {
-        for (id, sealed) in store.segments() {
-            if sealed {
-                seen.extend(inode(&segment_path(&dir, id)));
-            }
-        }
-        let before = active(&store);
-        let p = payload(3, i, LEN);
-        store
-            .put(&[(meta(i), p.as_slice())])
-            .unwrap_or_else(|e| panic!("{e}"));
+    while !put_one(&store, &dir, i, &mut seen) {
         i += 1;
-        let now = active(&store);
-        if now != before
-            && let Some(id) = now
-            && inode(&segment_path(&dir, id)).is_some_and(|n| seen.contains(&n))
-        {
-            break;
-        }
         assert!(i < 800, "no new segment took over a reclaimed file");
     }
+    i += 1;
     store.sync().unwrap_or_else(|e| panic!("{e}"));
     let last = i;
     let recycled = segment_path(&dir, active(&store).unwrap_or_else(|| panic!("no active")));
@@ -195,22 +186,14 @@ fn a_crash_over_a_recycled_file_serves_none_of_its_earlier_records() {
             None => assert!(gone.contains(&i), "synced record {i} lost"),
         }
     }
-    store.close().unwrap_or_else(|e| panic!("{e}"));
-    let report =
-        orbitkv_store::fsck::check(&StdIo, &dir, &|_, _| {}).unwrap_or_else(|e| panic!("{e}"));
-    assert!(report.is_clean(), "{:?}", report.problems());
+    close_clean(store, &dir);
 }
 
 #[test]
 fn a_spare_left_by_a_restart_is_reused_or_removed() {
-    let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let dir = root.path().join("d");
-    let Some(direct) = direct_or_skip(root.path()) else {
+    let Some((_root, dir, io, store)) = full_store() else {
         return;
     };
-    let io: Arc<dyn Io> = Arc::new(direct);
-    let store = open_on(&io, config(&dir, Some(BUDGET)));
-    put_counting_recycled(&store, &dir, 0, 700);
     store.close().unwrap_or_else(|e| panic!("{e}"));
     // A spare, as a crash between a reclaim and the new segment's takeover leaves one: a copy
     // of a sealed segment's file, with that segment's frames.
