@@ -81,6 +81,12 @@ impl StateStore {
             Ok((f, size)) => {
                 // Counted from now on as the new segment's appends.
                 w.ssd_used = w.ssd_used.saturating_sub(size);
+                crate::stats::Stats::add(&self.stats.recycled_segments, 1);
+                tracing::debug!(
+                    segment = header.segment_id,
+                    recycled = true,
+                    "a new segment over the spare file"
+                );
                 Some((f, size))
             }
             Err(e) => {

@@ -23,6 +23,7 @@ pub struct Stats {
     pub(crate) dram_hits: AtomicU64,
     pub(crate) capacity_refusals: AtomicU64,
     pub(crate) reclaimed_segments: AtomicU64,
+    pub(crate) recycled_segments: AtomicU64,
     pub(crate) evicted_records: AtomicU64,
     pub(crate) reinserted_records: AtomicU64,
     pub(crate) pins: AtomicU64,
@@ -70,6 +71,8 @@ pub struct StatsSnapshot {
     pub capacity_refusals: u64,
     /// Segments reclaimed by the SSD tier's policy.
     pub reclaimed_segments: u64,
+    /// New segments written over a reclaimed segment's file (the spare).
+    pub recycled_segments: u64,
     /// Records dropped by reclaiming.
     pub evicted_records: u64,
     /// Records copied forward by reclaiming.
@@ -114,6 +117,7 @@ impl Stats {
             dram_hits: g(&self.dram_hits),
             capacity_refusals: g(&self.capacity_refusals),
             reclaimed_segments: g(&self.reclaimed_segments),
+            recycled_segments: g(&self.recycled_segments),
             evicted_records: g(&self.evicted_records),
             reinserted_records: g(&self.reinserted_records),
             pins: g(&self.pins),

@@ -116,6 +116,7 @@ fn a_full_direct_store_writes_new_segments_over_reclaimed_files() {
     let recycled = put_counting_recycled(&store, &dir, 700, 1_200);
     let s = store.stats();
     assert!(s.reclaimed_segments > 0, "{s:?}");
+    assert!(s.recycled_segments >= recycled as u64, "{s:?}");
     assert!(
         recycled > 50,
         "{recycled} of about 70 new segments took over a reclaimed file"

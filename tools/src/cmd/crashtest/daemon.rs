@@ -77,6 +77,8 @@ pub struct LogState {
     pub compacted_segments: u64,
     /// Segments whose reclaim began.
     pub reclaimed: Vec<u64>,
+    /// New segments written over a reclaimed segment's file.
+    pub recycled: u64,
     /// Warning and error lines.
     pub warnings: u64,
     /// The first few of them.
@@ -175,6 +177,9 @@ impl LogState {
             if line.contains("background compaction failed") {
                 self.open[COMPACT] = false;
             }
+        }
+        if field(line, "recycled") == Some("true") {
+            self.recycled += 1;
         }
         let phase = match field(line, "phase")? {
             "salvage" => COMPACT,
@@ -443,6 +448,13 @@ mod tests {
         s.take(&line("phase=\"reclaim\" step=\"begin\" segment=42\n"));
         assert!(s.open[RECLAIM]);
         assert_eq!(s.reclaimed, vec![42]);
+        assert_eq!(
+            s.take(&line(
+                "segment=43 recycled=true a new segment over the spare file"
+            )),
+            None
+        );
+        assert_eq!(s.recycled, 1);
         s.take(&line(r#"phase="compact" step="begin" segments=1"#));
         s.take("2025-01-01T00:00:00Z  WARN background compaction failed: disk on fire");
         assert!(!s.open[COMPACT]);

@@ -220,6 +220,7 @@ struct Totals {
     pages: Tally,
     seals: u64,
     reclaimed: u64,
+    recycled: u64,
     compactions: u64,
     compacted_segments: u64,
     retires: u64,
@@ -236,6 +237,7 @@ impl Totals {
     fn add_log(&mut self, log: &LogState) {
         self.seals += log.ends[SEAL];
         self.reclaimed += log.ends[RECLAIM];
+        self.recycled += log.recycled;
         self.compactions += log.compactions;
         self.compacted_segments += log.compacted_segments;
         self.retires += log.ends[RETIRE];
@@ -667,7 +669,7 @@ pub fn run(a: &CrashtestArgs, out: &Output) -> Result<(), Failure> {
          looked up again after later kills: {} times ({} gone with a segment the manifest says was reclaimed, {} whose history a checkpoint took); tracked at the end: {}\n\
          lost: {}\nwrong: {}\n\
          retired: {} pages acknowledged before a Retire that took effect; found after the kill: {}\n\
-         store: {} segments sealed, {} reclaimed, {} compactions of {} segments, {} retires; cycles with a reclaim: {}, with a compaction: {}; segments reclaimed in the cycle that wrote them: {}\n\
+         store: {} segments sealed, {} reclaimed, {} new ones over a reclaimed file, {} compactions of {} segments, {} retires; cycles with a reclaim: {}, with a compaction: {}; segments reclaimed in the cycle that wrote them: {}\n\
          engines: {} requests, {} pages loaded and checked ({} wrong bytes, {} unproven proofs), {} errors before a kill\n\
          daemon: {} warnings logged; stopped cleanly at the end: {}\n",
         a.cycles,
@@ -693,6 +695,7 @@ pub fn run(a: &CrashtestArgs, out: &Output) -> Result<(), Failure> {
         t.pages.resurrected,
         t.seals,
         t.reclaimed,
+        t.recycled,
         t.compactions,
         t.compacted_segments,
         t.retires,
@@ -741,6 +744,7 @@ pub fn run(a: &CrashtestArgs, out: &Output) -> Result<(), Failure> {
             "resurrected": t.pages.resurrected,
             "seals": t.seals,
             "reclaimed_segments": t.reclaimed,
+            "recycled_segments": t.recycled,
             "compactions": t.compactions,
             "compacted_segments": t.compacted_segments,
             "retires": t.retires,
