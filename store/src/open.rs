@@ -225,11 +225,12 @@ impl StateStore {
         {
             let mut w = store.writer();
             // A spare kept before the restart is reused, or removed where the store no longer
-            // recycles (crate::spare); a read-only store leaves it alone.
+            // recycles or its segments are now much smaller (crate::spare); a read-only store
+            // leaves it alone.
             if !store.config.read_only
                 && let Some(size) = store.find_spare()
             {
-                if store.recycles() {
+                if store.recycles() && store.fits_spare(size) {
                     w.spare = Some(size);
                 } else {
                     store.remove_segment_file(&store.layout.spare_segment());

@@ -41,7 +41,7 @@ impl StateStore {
         if keep && w.spare.is_none() && self.recycles() {
             let size = file.file.size().unwrap_or(u64::MAX);
             let spare = self.layout.spare_segment();
-            if size <= MAX_SPARE_SEGMENTS.saturating_mul(self.config.segment_bytes) {
+            if self.fits_spare(size) {
                 match self.io.rename(&file.path, &spare) {
                     Ok(()) => {
                         w.spare = Some(size);
@@ -105,6 +105,11 @@ impl StateStore {
     /// reclaimed), on direct segments (buffered writes leave block allocation to writeback).
     pub(crate) fn recycles(&self) -> bool {
         self.config.ssd_bytes.is_some() && self.config.alignment == Alignment::Direct
+    }
+
+    /// Whether a file of `size` bytes may be the spare.
+    pub(crate) fn fits_spare(&self, size: u64) -> bool {
+        size <= MAX_SPARE_SEGMENTS.saturating_mul(self.config.segment_bytes)
     }
 
     /// The spare file's size when one is kept in the segments directory (on open).
