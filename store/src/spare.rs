@@ -1,24 +1,23 @@
 //! The spare segment file: a reclaimed segment's file, kept for the next new segment to
 //! overwrite instead of a fresh file.
 //!
-//! Writing blocks a file already holds costs a direct write no file-system metadata; writing a
-//! new or preallocated file's blocks makes each fdatasync also commit their allocation (on ext4,
-//! a journal commit). On this project's disks a sync per 4 MiB batch ran up to 1.7× faster over
-//! written blocks (docs/performance.md, group commit). So, as database logs recycle theirs, the
-//! store keeps one reclaimed file, named [`crate::dir::SPARE_SEGMENT`], and the next segment
-//! takes it over: its new header is written and synced first, then the file is renamed to the
-//! segment's name. Bytes of the file's earlier life after the new frames carry an older segment
-//! sequence, so a scan never takes them for this segment's (recovery truncates them as a torn
-//! tail), and a read checks the record sequence the index names, so a reader still holding the
-//! old segment reads a miss, never another record's bytes. A sealed segment's trailer is always
-//! the file's end: sealing cuts the file there.
+//! A direct write over blocks a file already holds changes no file-system metadata. Over new or
+//! preallocated blocks, each fdatasync also commits their allocation (on ext4, a journal
+//! commit). Over written blocks, a sync per 4 MiB batch ran up to 1.7× faster on this project's
+//! disks (docs/performance.md, group commit). Database logs recycle their files for this reason.
 //!
-//! Only direct segments recycle: buffered writes leave block allocation to the page cache's
-//! writeback. The spare counts against the SSD budget, as every file in the segments directory
-//! does. It is kept only when the put that reclaimed it starts a new segment, which then takes
-//! it over at once: the spare's bytes count as that put's room, and no record is evicted for
-//! it. From then on the segment counts its appends, as a direct segment's file sized ahead of
-//! them does.
+//! So the store keeps one reclaimed file, named [`crate::dir::SPARE_SEGMENT`]. The next segment
+//! takes it over: its header is written and synced first, then the file takes the segment's
+//! name. Frames of the file's earlier life carry an older segment sequence. A scan never takes
+//! them for this segment's: recovery truncates them as a torn tail. A read checks the record
+//! sequence the index names: a reader still holding the old segment reads a miss. Sealing cuts
+//! the file at the trailer, so a trailer is always the file's end.
+//!
+//! Only direct segments recycle: buffered writes leave block allocation to writeback. The spare
+//! counts against the SSD budget, as every file in the segments directory does. It is kept only
+//! when the put that reclaimed it starts a new segment, which takes it over at once. So the
+//! spare's bytes count as that put's room, and no record is evicted for it. The new segment then
+//! counts its appends, as a direct segment sized ahead of them does.
 
 use std::sync::Arc;
 
