@@ -15,7 +15,9 @@ use orbitkv_store::{MIN_SSD_BYTES, Policy, ssd_records_held};
 use serde_json::{Value, json};
 
 use crate::Failure;
-use crate::cmd::policy_model::{Modelled, arc, clock, fifo_reinsert, lru_deepest_first};
+use crate::cmd::policy_model::{
+    Modelled, arc, clock, fifo_reinsert, lru_deepest_first, punched_lru,
+};
 use crate::cmd::replay::{Budget, Outcome, no_mismatch, replay_store, simulated};
 use crate::output::Output;
 use crate::size::parse_size;
@@ -389,6 +391,22 @@ fn worst_model(cells: &[ModelCell], i: usize) -> String {
         .map_or_else(|| "—".to_owned(), |((v, _), at)| format!("{v:.3} ({at})"))
 }
 
+/// Model `i`'s SSD blocks written per block hit over the cells with hits: the median and the
+/// most, with its cell.
+fn writes_per_hit(cells: &[ModelCell], i: usize) -> String {
+    let mut w: Vec<(f64, &str)> = cells
+        .iter()
+        .filter_map(|c| Some((c.models.get(i)?.writes_per_hit()?, c.at.as_str())))
+        .collect();
+    w.sort_by(|a, b| a.0.total_cmp(&b.0));
+    match (w.get(w.len() / 2), w.last()) {
+        (Some((median, _)), Some((most, at))) => {
+            format!("median {median:.2}, at most {most:.2} ({at})")
+        }
+        _ => "—".to_owned(),
+    }
+}
+
 /// A hit ratio and how it compares with LRU, as the policy matrix shows it.
 fn against_lru(lru: f64, hit: f64) -> String {
     match versus(lru, hit) {
@@ -466,13 +484,14 @@ fn admission_table(
 type Model = fn(&[Vec<u64>], usize) -> Modelled;
 
 /// The reference models, in their columns' order: column name, JSON key, model.
-const REFERENCE_MODELS: [(&str, &str, Model); 4] = [
+const REFERENCE_MODELS: [(&str, &str, Model); 5] = [
     ("fifo-reinsert model", "fifo_reinsert_model", |t, c| {
         fifo_reinsert(t, c, false)
     }),
     ("CLOCK", "clock", clock),
     ("ARC", "arc", arc),
     ("LRU, deepest first", "lru_deepest_first", lru_deepest_first),
+    ("the same over punched segments", "punched_lru", punched_lru),
 ];
 
 fn reference_row(c: &ModelCell, workload: &str, seed: &str, percent: u64) -> String {
@@ -513,8 +532,9 @@ fn reference_table(
     for (i, (name, _, _)) in REFERENCE_MODELS.iter().enumerate() {
         let _ = writeln!(
             text,
-            "{name}: worst ratio to LRU {}",
-            worst_model(&cells, i)
+            "{name}: worst ratio to LRU {}; SSD blocks written per block hit {}",
+            worst_model(&cells, i),
+            writes_per_hit(&cells, i)
         );
     }
     out.emit(&text, || {
@@ -523,6 +543,7 @@ fn reference_table(
                 let mut o = json!({"cell": c.at, "lru": c.lru});
                 for ((_, key, _), m) in REFERENCE_MODELS.iter().zip(&c.models) {
                     o[*key] = json!(m.hit_ratio());
+                    o[format!("{key}_writes_per_hit")] = json!(m.writes_per_hit());
                 }
                 o
             }).collect::<Vec<_>>(),
