@@ -67,16 +67,10 @@ fn every_crash_point_while_reclaiming_keeps_indexed_durable_records() {
     drop(s);
 
     // Every operation of the first reclaims, then a stride through the rest.
-    let points: Vec<u64> = (1..=total)
-        .filter(|n| *n < total / 3 || n % 7 == 0)
-        .collect();
-    for n in points {
+    for n in halt_points(total, 7) {
         let io = FaultIo::new();
         let s = store(&io).unwrap();
-        io.set_plan(FaultPlan {
-            halt_after_ops: Some(n),
-            ..Default::default()
-        });
+        halt_after(&io, n);
         let durable = workload(&s);
         let must_survive: Vec<u64> = durable
             .iter()

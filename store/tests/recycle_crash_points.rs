@@ -75,16 +75,10 @@ fn every_crash_point_over_recycled_files_serves_only_current_versions() {
     let total = clean.counters().ops;
     drop(s);
 
-    let points: Vec<u64> = (1..=total)
-        .filter(|n| *n < total / 3 || n % 5 == 0)
-        .collect();
-    for n in points {
+    for n in halt_points(total, 5) {
         let io = FaultIo::new();
         let s = store(&io).unwrap();
-        io.set_plan(FaultPlan {
-            halt_after_ops: Some(n),
-            ..Default::default()
-        });
+        halt_after(&io, n);
         let (durable, halted) = workload(&s);
         let indexed: Vec<bool> = (0..KEYS).map(|k| s.index().contains(&key(k))).collect();
         drop(s);

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use orbitkv_store::io::Io;
-use orbitkv_store::io::fault::FaultIo;
+use orbitkv_store::io::fault::{FaultIo, FaultPlan};
 use orbitkv_store::io::uring::{self, UringIo};
 use orbitkv_store::{Durability, StateStore, StoreConfig};
 
@@ -105,4 +105,20 @@ pub fn default_backend(dir: &Path) -> (Arc<dyn Io>, bool) {
     }
     uring_or_skip("the default backend");
     (io, direct)
+}
+
+/// The operation counts a crash-point test halts after, of a workload of `total` mutating
+/// operations: every one of the first third, then every `stride`th.
+pub fn halt_points(total: u64, stride: u64) -> Vec<u64> {
+    (1..=total)
+        .filter(|n| *n < total / 3 || n % stride == 0)
+        .collect()
+}
+
+/// Makes `io` halt after its `n`-th mutating operation from now on.
+pub fn halt_after(io: &FaultIo, n: u64) {
+    io.set_plan(FaultPlan {
+        halt_after_ops: Some(n),
+        ..Default::default()
+    });
 }
