@@ -3,7 +3,7 @@
 //!
 //! A direct write over blocks a file already holds changes no file-system metadata. Over new or
 //! preallocated blocks, each fdatasync also commits their allocation (on ext4, a journal
-//! commit). Over written blocks, a sync per 4 MiB batch ran up to 1.7× faster on this project's
+//! commit). Over written blocks, a sync per 4 MiB batch ran 1.1–1.9× faster on this project's
 //! disks (docs/performance.md, group commit). Database logs recycle their files for this reason.
 //!
 //! So the store keeps one reclaimed file, named [`crate::dir::SPARE_SEGMENT`]. The next segment
