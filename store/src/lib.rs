@@ -131,7 +131,8 @@ struct Writer {
     probation: BTreeSet<u64>,
     /// Keys recently dropped from the probation log unread.
     ghost: Ghost,
-    /// The spare segment file's size, when one is kept (not counted in `ssd_used`).
+    /// The spare segment file's size, when one is kept (counted in `ssd_used`, as every file in
+    /// the segments directory is).
     spare: Option<u64>,
 }
 
