@@ -14,11 +14,11 @@
 //!   discarded warm-up that fills the daemon's SSD budget of 4 GiB, so that each repetition
 //!   reclaims as much as it writes, as a cache node's store does, and the DRAM tier with
 //!   copies of this page size) vs raw O_DIRECT writes of the same bytes to one file with one
-//!   fdatasync per batch (a batch: one Publish of every publisher), from a buffer on huge pages as the store's write buffers are (on
-//!   scattered 4 KiB pages the same writes run up to a third slower); each repetition pairs a
-//!   daemon run with a raw run, in turn first, and the ratio is the median of the pairs'
-//!   (target >= 0.8). Beside it, not gating: the same batches through io_uring with 4 writes
-//!   in flight, as the store submits them.
+//!   fdatasync per batch (a batch: one Publish of every publisher), from a buffer on huge
+//!   pages as the store's write buffers are (on scattered 4 KiB pages the same writes run up
+//!   to a third slower); each repetition pairs a daemon run with a raw run, in turn first,
+//!   and the ratio is the median of the pairs' (target >= 0.8). Beside it, not gating: the
+//!   same batches through io_uring with 4 writes in flight, as the store submits them.
 //!
 //! Run: `cargo bench -p orbitkv-benches --bench group_commit` (environment:
 //! `ORBITKV_BENCH_ROUNDS`, default 5; `ORBITKV_BENCH_DIR`, default a temporary directory under
