@@ -202,6 +202,12 @@ pub fn check(
             ));
             return Ok(report);
         }
+        ReplayStop::DamagedStart { error } => {
+            report.fatal = Some(format!(
+                "manifest's first record is damaged ({error}) and was written whole, so it is not a torn tail: not repairable in place"
+            ));
+            return Ok(report);
+        }
         ReplayStop::Invalid { error } => {
             report.fatal = Some(format!(
                 "manifest holds a contradictory record ({error}): not repairable in place"

@@ -108,6 +108,14 @@ impl Manifest {
                     ),
                 });
             }
+            ReplayStop::DamagedStart { error } => {
+                return Err(Error::Damaged {
+                    path: layout.root.clone(),
+                    reason: format!(
+                        "manifest's first record is damaged ({error}); it was written whole, so it is not a torn tail"
+                    ),
+                });
+            }
             ReplayStop::Invalid { error } => {
                 return Err(Error::Damaged {
                     path: layout.root.clone(),

@@ -186,3 +186,59 @@ fn an_incompatible_store_can_be_discarded_to_start_empty() {
     put_range(&s, 5, 0, 1, 100);
     assert_eq!(check_record(&s, 5, 0, 100), Some(true));
 }
+
+#[test]
+fn a_damaged_checkpoint_is_refused_and_repair_keeps_every_segment() {
+    // Every seal rewrites the manifest as one checkpoint, so close leaves it alone in the log.
+    let io = FaultIo::new();
+    let mut c = config(SEG, Durability::EveryPut);
+    c.checkpoint_every = 1;
+    let s = open_with(&io, c);
+    put_range(&s, 1, 0, 12, 2500);
+    s.close().unwrap();
+    let manifest = Path::new("data/manifest.log");
+    let bytes = io.read_file(manifest).unwrap();
+    let first = orbitkv_wal::decode_record(&bytes, 0).unwrap();
+    assert!(matches!(
+        first.record,
+        orbitkv_wal::ManifestRecord::Checkpoint(_)
+    ));
+    assert_eq!(first.len, bytes.len(), "the checkpoint is the whole log");
+    let segments = io.list_dir(Path::new("data/segments")).unwrap();
+    assert!(segments.iter().filter(|f| f.ends_with(".seg")).count() > 1);
+
+    let mut bad = bytes.clone();
+    let at = bytes.len() / 2;
+    bad[at] ^= 0x10;
+    assert!(io.write_file(manifest, &bad));
+    // Not a torn tail: the open refuses instead of truncating the log to nothing.
+    let opened = StateStore::open(
+        Arc::new(io.clone()) as Arc<dyn Io>,
+        config(SEG, Durability::EveryPut),
+    );
+    assert!(matches!(opened, Err(Error::Damaged { .. })));
+    let r = fsck(&io);
+    assert!(!r.repairable(), "{:?}", r.problems());
+    assert!(r.orphans.is_empty(), "{:?}", r.orphans);
+    assert!(
+        repair(
+            Arc::new(io.clone()) as Arc<dyn Io>,
+            config(SEG, Durability::EveryPut),
+            &r,
+        )
+        .is_err()
+    );
+    assert_eq!(
+        io.read_file(manifest).unwrap(),
+        bad,
+        "the manifest is untouched"
+    );
+    assert_eq!(io.list_dir(Path::new("data/segments")).unwrap(), segments);
+
+    // With the byte mended, every record is served again.
+    assert!(io.write_file(manifest, &bytes));
+    let s = open(&io, SEG, Durability::EveryPut);
+    for i in 0..12 {
+        assert_eq!(common::check(&s, 1, i, 2500), Some(true), "record {i}");
+    }
+}

@@ -147,7 +147,7 @@ impl ManifestRecord {
             ManifestRecord::SegmentSealed(_) => 4,
             ManifestRecord::SegmentDeleted { .. } => 5,
             ManifestRecord::CompactionCommitted { .. } => 6,
-            ManifestRecord::Checkpoint(_) => 7,
+            ManifestRecord::Checkpoint(_) => CHECKPOINT_TYPE,
         }
     }
 }
@@ -404,6 +404,17 @@ pub fn encode_record(sequence: u64, rec: &ManifestRecord, out: &mut Vec<u8>) -> 
     out.extend(std::iter::repeat_n(0u8, pad));
     Ok(())
 }
+
+/// The record type a record header names, when the header at the start of `bytes` verifies
+/// (magic and header CRC); `None` otherwise. The payload is not checked.
+pub fn verified_header_type(bytes: &[u8]) -> Option<u8> {
+    let h = bytes.get(..RECORD_HEADER_LEN)?;
+    let crc = u32::from_le_bytes([h[24], h[25], h[26], h[27]]);
+    (h[..4] == RECORD_MAGIC && crc32c(&h[..24]) == crc).then_some(h[5])
+}
+
+/// The type code of a checkpoint record.
+pub const CHECKPOINT_TYPE: u8 = 7;
 
 /// Total framed length of a record with a payload of `payload_len` bytes.
 pub fn record_len(payload_len: usize) -> usize {

@@ -6,14 +6,15 @@
 //! no valid record with a later sequence follows it, and otherwise **corruption** that needs an
 //! operator (`orbitkv fsck`). Telling the two apart searches forward for a later valid record:
 //! linear for damaged bytes; only bytes crafted with valid checksums make it verify many
-//! candidates.
+//! candidates. A damaged first record is a torn tail only where an append could have left it:
+//! a log that starts with a checkpoint was written whole (a temporary file, fsync, rename).
 
 use orbitkv_state::Namespace;
 
 use crate::error::{Error, Result};
 use crate::record::{
-    DecodedRecord, ManifestRecord, NamespaceState, RECORD_ALIGN, RECORD_MAGIC, SegmentState,
-    Snapshot, decode_record,
+    CHECKPOINT_TYPE, DecodedRecord, ManifestRecord, NamespaceState, RECORD_ALIGN, RECORD_MAGIC,
+    SegmentState, Snapshot, decode_record, verified_header_type,
 };
 
 /// The live metadata a manifest describes.
@@ -221,6 +222,14 @@ pub enum ReplayStop {
         /// Where the next valid record starts.
         next_valid_at: u64,
     },
+    /// The first record is damaged and cannot be a torn append: its header names a checkpoint
+    /// (written whole, then renamed into place), or its header is damaged (an append leaves a
+    /// whole header or zeros). Nothing the log held can be trusted; truncating it would forget
+    /// every segment.
+    DamagedStart {
+        /// What was wrong.
+        error: Error,
+    },
     /// A well-formed record contradicts the state before it.
     Invalid {
         /// Why.
@@ -256,6 +265,13 @@ fn later_valid(bytes: &[u8], from: usize, after: Option<u64>) -> Option<usize> {
     None
 }
 
+/// Whether the bad first record at the start of `rest` may be an append that a crash tore: its
+/// header verifies and names a record other than a checkpoint. A torn write leaves zeros (handled
+/// before) or a whole header, since a header is 28 bytes at offset 0.
+fn could_be_torn_append(rest: &[u8]) -> bool {
+    verified_header_type(rest).is_some_and(|t| t != CHECKPOINT_TYPE)
+}
+
 /// Replays `bytes` from an empty state.
 pub fn replay(bytes: &[u8]) -> Replay {
     let mut state = ManifestState::default();
@@ -287,6 +303,9 @@ pub fn replay(bytes: &[u8]) -> Replay {
                     error,
                     next_valid_at: q as u64,
                 };
+            }
+            None if pos == 0 && !could_be_torn_append(rest) => {
+                break ReplayStop::DamagedStart { error };
             }
             None => break ReplayStop::TornTail { error },
         }

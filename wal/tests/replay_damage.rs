@@ -45,6 +45,13 @@ fn truncation_at_every_byte_yields_the_complete_prefix() {
         assert_eq!(r.valid_len as usize, valid, "cut {cut}");
         if cut == valid {
             assert_eq!(r.stop, ReplayStop::CleanEnd, "cut {cut}");
+        } else if cut < RECORD_HEADER_LEN {
+            // An append leaves a whole header or zeros: part of the first header is damage.
+            assert!(
+                matches!(r.stop, ReplayStop::DamagedStart { .. }),
+                "cut {cut}: {:?}",
+                r.stop
+            );
         } else {
             assert!(
                 matches!(r.stop, ReplayStop::TornTail { .. }),
@@ -126,4 +133,64 @@ fn a_forged_length_cannot_make_replay_allocate() {
         decode_record(&forged, 0),
         Err(Error::LengthOutOfBounds { .. })
     ));
+}
+
+#[test]
+fn a_damaged_checkpoint_at_the_start_is_never_a_torn_tail() {
+    // The log as a rewrite leaves it: one checkpoint, written whole and renamed into place.
+    let state = state_after(history().len());
+    let seq = state.last_sequence.unwrap() + 1;
+    let bytes = encode(&[(seq, state.checkpoint())]);
+    assert_eq!(replay(&bytes).stop, ReplayStop::CleanEnd);
+    for bit in 0..bytes.len() * 8 {
+        let mut bad = bytes.clone();
+        bad[bit / 8] ^= 1 << (bit % 8);
+        let r = replay(&bad);
+        assert_eq!(r.valid_len, 0, "bit {bit}");
+        assert!(
+            matches!(r.stop, ReplayStop::DamagedStart { .. }),
+            "bit {bit}: {:?}",
+            r.stop
+        );
+    }
+    for cut in 1..bytes.len() {
+        assert!(
+            matches!(replay(&bytes[..cut]).stop, ReplayStop::DamagedStart { .. }),
+            "cut {cut}"
+        );
+    }
+    // Zeros where the checkpoint was are an unwritten file, as before.
+    assert!(matches!(
+        replay(&vec![0u8; bytes.len()]).stop,
+        ReplayStop::TornTail { .. }
+    ));
+    // Appends after the checkpoint: the last one damaged is a torn tail, as before.
+    let mut log = bytes.clone();
+    let (s2, rec) = (seq + 1, history()[0].1.clone());
+    log.extend(encode(&[(s2, rec)]));
+    let at = bytes.len() + RECORD_HEADER_LEN;
+    log[at] ^= 1;
+    let r = replay(&log);
+    assert_eq!(r.valid_len as usize, bytes.len());
+    assert!(matches!(r.stop, ReplayStop::TornTail { .. }));
+}
+
+#[test]
+fn a_torn_first_append_is_still_a_torn_tail() {
+    // A fresh log's first record (not a checkpoint) with its payload cut or damaged.
+    let bytes = encode(&history());
+    let first = ends(&bytes)[0];
+    for cut in RECORD_HEADER_LEN..first {
+        assert!(
+            matches!(replay(&bytes[..cut]).stop, ReplayStop::TornTail { .. }),
+            "cut {cut}"
+        );
+    }
+    let mut bad = bytes[..first].to_vec();
+    bad[RECORD_HEADER_LEN] ^= 1;
+    assert!(matches!(replay(&bad).stop, ReplayStop::TornTail { .. }));
+    // Its header damaged: not what an append leaves.
+    let mut bad = bytes[..first].to_vec();
+    bad[9] ^= 1;
+    assert!(matches!(replay(&bad).stop, ReplayStop::DamagedStart { .. }));
 }
