@@ -160,6 +160,18 @@ impl TokenSource for OsRandom {
     }
 }
 
+/// The most worker ranks an instance may declare: a larger count is refused before anything
+/// is kept (a round is checked and timed out in time linear in it).
+pub const MAX_WORKERS: u32 = 1 << 16;
+
+/// The most registrations one connection may hold, pending and sealed together: an engine
+/// process registers one or two ranks, and re-registering its own instance replaces its
+/// sessions of earlier epochs.
+pub const MAX_HELD_PER_CONNECTION: usize = 256;
+
+/// Missing ranks a timeout names before it only counts the rest.
+const MISSING_NAMED: usize = 16;
+
 /// Every instance, its rounds and its sessions.
 pub struct Sessions {
     instances: HashMap<String, Instance>,
@@ -189,6 +201,15 @@ impl Sessions {
         if let Some(refusal) = self.name_held_by_another(conn, &reg) {
             return vec![Event::Refused { conn, refusal }];
         }
+        if self.held_by(conn) >= MAX_HELD_PER_CONNECTION {
+            let refusal = Refusal::new(
+                ErrorCode::SealRefused,
+                format!(
+                    "connection {conn} already holds {MAX_HELD_PER_CONNECTION} registrations and sessions"
+                ),
+            );
+            return vec![Event::Refused { conn, refusal }];
+        }
         let inst = self.instances.entry(reg.instance.clone()).or_default();
         if let Some(p) = inst
             .pending
@@ -211,13 +232,16 @@ impl Sessions {
         }
         inst.pending.push(Pending { conn, reg });
         let first = &inst.pending[0].reg;
+        // A rank registers at most once (above), so counting the ranks below the declared
+        // count tells whether every one has.
+        let ranks = inst
+            .pending
+            .iter()
+            .filter(|p| p.reg.role == Role::Worker && p.reg.rank < first.workers)
+            .count();
         let complete = (first.no_scheduler
             || inst.pending.iter().any(|p| p.reg.role == Role::Scheduler))
-            && (0..first.workers).all(|r| {
-                inst.pending
-                    .iter()
-                    .any(|p| p.reg.role == Role::Worker && p.reg.rank == r)
-            });
+            && ranks == first.workers as usize;
         if !complete {
             return Vec::new();
         }
@@ -270,6 +294,14 @@ impl Sessions {
                             .collect();
                     }
                 };
+                // A connection registering again replaces its sessions of this instance's
+                // earlier epochs: no request can use them any more.
+                let name = &sealed.name;
+                self.sessions.retain(|_, s| {
+                    s.instance.name != *name
+                        || s.instance.epoch == epoch
+                        || !round.iter().any(|p| p.conn == s.conn)
+                });
                 let mut events = Vec::with_capacity(round.len());
                 for (p, token) in round.into_iter().zip(tokens) {
                     let id = self.next_session;
@@ -314,13 +346,23 @@ impl Sessions {
             if !first.no_scheduler && !round.iter().any(|p| p.reg.role == Role::Scheduler) {
                 missing.push("the scheduler".to_owned());
             }
-            for r in 0..first.workers {
-                if !round
-                    .iter()
-                    .any(|p| p.reg.role == Role::Worker && p.reg.rank == r)
-                {
+            let mut present: Vec<u32> = round
+                .iter()
+                .filter(|p| p.reg.role == Role::Worker)
+                .map(|p| p.reg.rank)
+                .collect();
+            present.sort_unstable();
+            let absent = (0..first.workers).filter(|r| present.binary_search(r).is_err());
+            let mut unnamed = 0u64;
+            for r in absent {
+                if missing.len() < MISSING_NAMED {
                     missing.push(format!("worker {r}"));
+                } else {
+                    unnamed += 1;
                 }
+            }
+            if unnamed > 0 {
+                missing.push(format!("{unnamed} more workers"));
             }
             let refusal = Refusal::new(
                 ErrorCode::SealTimeout,
@@ -336,7 +378,31 @@ impl Sessions {
                 refusal: refusal.clone(),
             }));
         }
+        self.forget_idle_instances();
         events
+    }
+
+    /// Registrations pending and sessions held by `conn`.
+    fn held_by(&self, conn: ConnId) -> usize {
+        let pending = self
+            .instances
+            .values()
+            .flat_map(|i| &i.pending)
+            .filter(|p| p.conn == conn)
+            .count();
+        pending + self.sessions.values().filter(|s| s.conn == conn).count()
+    }
+
+    /// Forgets instances with no round in progress and no session: names a peer tried and
+    /// left, which would otherwise be kept (and walked by the timer) for good.
+    fn forget_idle_instances(&mut self) {
+        let live: std::collections::HashSet<&str> = self
+            .sessions
+            .values()
+            .map(|s| s.instance.name.as_str())
+            .collect();
+        self.instances
+            .retain(|name, i| !i.pending.is_empty() || live.contains(name.as_str()));
     }
 
     /// The earliest deadline of a round in progress, for the server's timer.
@@ -358,9 +424,12 @@ impl Sessions {
             .filter(|(_, s)| s.conn == conn)
             .map(|(t, _)| *t)
             .collect();
-        gone.iter()
+        let gone = gone
+            .iter()
             .filter_map(|t| self.sessions.remove(t))
-            .collect()
+            .collect();
+        self.forget_idle_instances();
+        gone
     }
 
     /// A refusal when `reg`'s instance name is held by a live instance (one with sessions
@@ -401,6 +470,11 @@ impl Sessions {
     /// Sessions now.
     pub fn session_count(&self) -> usize {
         self.sessions.len()
+    }
+
+    /// Instance names known now: those with a round in progress or a session.
+    pub fn instance_count(&self) -> usize {
+        self.instances.len()
     }
 
     /// The session of `token`, under its instance's current epoch (for requests that carry no
@@ -461,6 +535,12 @@ fn check_alone(reg: &Register) -> Result<(), Refusal> {
     let bad = |d: String| Err(Refusal::new(ErrorCode::SealRefused, d));
     if reg.workers == 0 {
         return bad("an instance declares at least one worker rank".into());
+    }
+    if reg.workers > MAX_WORKERS {
+        return bad(format!(
+            "an instance declares at most {MAX_WORKERS} worker ranks, not {}",
+            reg.workers
+        ));
     }
     match reg.role {
         Role::Scheduler if reg.no_scheduler => {

@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use orbitkv_manager::session::{Event, Sessions, TokenSource};
+use orbitkv_manager::session::{
+    Event, MAX_HELD_PER_CONNECTION, MAX_WORKERS, Sessions, TokenSource,
+};
 use orbitkv_protocol::message::{Register, Token};
 use orbitkv_protocol::{ErrorCode, Message, Role};
 use orbitkv_sim::SimInstance;
@@ -339,4 +341,93 @@ fn an_instance_without_a_scheduler_seals_with_its_workers_alone() {
         "{}",
         r[0].2
     );
+}
+
+#[test]
+fn a_huge_worker_count_is_refused_and_a_timeout_names_a_few_ranks() {
+    let mut s = sessions();
+    let now = Instant::now();
+    let mut r = reg(Role::Worker, 0);
+    r.workers = MAX_WORKERS + 1;
+    let out = refused(&s.register(1, r, now));
+    assert_eq!(out[0].1, ErrorCode::SealRefused);
+    assert!(out[0].2.contains("at most"), "{}", out[0].2);
+    assert_eq!(
+        s.instance_count(),
+        0,
+        "nothing kept for a refused registration"
+    );
+
+    // The largest count allowed: one rank registers, the rest never come.
+    let mut r = reg(Role::Worker, 0);
+    r.workers = MAX_WORKERS;
+    r.seal_timeout_ms = 0;
+    assert!(s.register(1, r, now).is_empty());
+    let started = Instant::now();
+    let out = refused(&s.expire(now + Duration::from_millis(1)));
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(out.len(), 1);
+    let detail = &out[0].2;
+    assert!(detail.len() < 1024, "{} bytes", detail.len());
+    assert!(detail.contains("worker 1,"), "{detail}");
+    assert!(
+        detail.contains(&format!("{} more workers", MAX_WORKERS - 1 - 15)),
+        "{detail}"
+    );
+    assert_eq!(s.instance_count(), 0, "a timed-out name is forgotten");
+}
+
+#[test]
+fn one_connection_holds_a_bounded_number_of_registrations() {
+    let mut s = sessions();
+    let now = Instant::now();
+    let named = |i: usize| {
+        let mut r = reg(Role::Worker, 0);
+        r.instance = format!("engine-{i}");
+        r
+    };
+    for i in 0..MAX_HELD_PER_CONNECTION {
+        assert!(s.register(7, named(i), now).is_empty(), "registration {i}");
+    }
+    let out = refused(&s.register(7, named(MAX_HELD_PER_CONNECTION), now));
+    assert_eq!(out[0].1, ErrorCode::SealRefused);
+    // Another connection is not held to this one's count.
+    assert!(
+        s.register(8, named(MAX_HELD_PER_CONNECTION), now)
+            .is_empty()
+    );
+    assert_eq!(s.instance_count(), MAX_HELD_PER_CONNECTION + 1);
+    s.disconnect(7);
+    s.disconnect(8);
+    assert_eq!(s.instance_count(), 0, "the names tried are forgotten");
+    assert_eq!(s.next_deadline(), None);
+}
+
+#[test]
+fn registering_again_on_the_same_connections_replaces_the_old_sessions() {
+    let mut s = sessions();
+    let now = Instant::now();
+    let first = sealed(&round(&mut s, now, |_| {}, 0));
+    for _ in 0..5 {
+        sealed(&round(&mut s, now, |_| {}, 0));
+    }
+    let last = sealed(&round(&mut s, now, |_| {}, 0));
+    assert_eq!(
+        s.session_count(),
+        3,
+        "one session per rank, not one per seal"
+    );
+    assert_eq!(s.instance_count(), 1);
+    assert_eq!(
+        s.check(&first[0].3, first[0].1)
+            .map(|_| ())
+            .unwrap_err()
+            .code,
+        ErrorCode::BadToken
+    );
+    assert!(s.check(&last[0].3, last[0].1).is_ok());
+    for conn in 1..=3 {
+        s.disconnect(conn);
+    }
+    assert_eq!((s.session_count(), s.instance_count()), (0, 0));
 }
