@@ -43,6 +43,24 @@ impl Bridge {
         Ok(())
     }
 
+    /// Pools registered now.
+    pub fn len(&self) -> usize {
+        self.pools.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether no pool is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether a pool `id` is registered.
+    pub fn holds(&self, id: PoolId) -> bool {
+        self.pools
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&id)
+    }
+
     /// Detaches and forgets pool `id` (its engine disconnected): no copy touches it afterwards.
     pub fn unregister(&self, id: PoolId) {
         let removed = self

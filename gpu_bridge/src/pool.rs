@@ -87,7 +87,7 @@ impl GroupGeometry {
 
     /// Bytes a record of the group holds for the layers `layers`.
     pub fn bytes_for(&self, layers: &Range<u32>) -> u64 {
-        u64::from(layers.end.saturating_sub(layers.start)) * self.layer_bytes
+        u64::from(layers.end.saturating_sub(layers.start)).saturating_mul(self.layer_bytes)
     }
 
     /// All layers.

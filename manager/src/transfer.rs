@@ -53,6 +53,10 @@ pub fn store_status(e: &orbitkv_store::Error) -> PageStatus {
     }
 }
 
+/// The most pools one connection may hold: each keeps a mapping and may keep a descriptor.
+/// An engine rank registers one pool per device or component.
+pub const MAX_POOLS_PER_CONNECTION: usize = 64;
+
 /// Registers a worker's pool: the geometry must hold each layout group's page, and the region
 /// must match the registration (a host pool's pages, or a device pool's state words).
 pub fn register_pool(
@@ -63,6 +67,12 @@ pub fn register_pool(
     fds: Vec<OwnedFd>,
 ) -> Result<(), Refusal> {
     let refuse = |code, d: String| Refusal::new(code, d);
+    if bridge.len() >= MAX_POOLS_PER_CONNECTION && !bridge.holds(spec.pool) {
+        return Err(refuse(
+            ErrorCode::LimitExceeded,
+            format!("a connection holds at most {MAX_POOLS_PER_CONNECTION} pools"),
+        ));
+    }
     // The region first; for a pool in memory the engine allocated, that memory second.
     let mut fds = fds.into_iter();
     let fd = fds.next().ok_or_else(|| {

@@ -67,6 +67,15 @@ fn a_pool_per_component_holds_only_its_group() {
     let (code, detail) = register(&mut s, 0, short).err().unwrap_or_else(|| panic!());
     assert_eq!(code, ErrorCode::Malformed);
     assert!(detail.contains("format says"), "{detail}");
+    // A page size that overflows is refused too; the handler does not panic on it.
+    let mut huge = only(&whole, 0, 14);
+    huge.groups[0].layers = u32::MAX;
+    huge.groups[0].layer_bytes = 1 << 40;
+    let (client, token) = &mut s.workers[0];
+    match client.register_pool(*token, huge, PageMemory::Host, kv.fd()) {
+        Err(ClientError::Refused { code, .. }) => assert_eq!(code, ErrorCode::Malformed),
+        other => panic!("{other:?}"),
+    }
     // Block 0 of each group from its own pool; group 1 named in the KV pool fails alone.
     let groups = inst.groups();
     let kv_page = kv.reuse(0).unwrap_or_else(|e| panic!("{e}"));
@@ -147,4 +156,27 @@ fn pipeline_stages_of_three_and_two_layers_share_records_byte_exact() {
     let with_blocks = reqs.iter().filter(|r| r.len() >= 16).count() as u64;
     assert_eq!(second.hits, with_blocks, "{second:?}");
     assert_eq!(second.proven_tokens, second.requested_tokens);
+}
+
+#[test]
+fn a_connection_holds_a_bounded_number_of_pools() {
+    let d = Daemon::start();
+    let inst = SimInstance::new("many-pools", 1);
+    let mut s = seal(&d, &inst);
+    let whole = inst.pool_spec(1, 2);
+    let limit = orbitkv_manager::transfer::MAX_POOLS_PER_CONNECTION as u32;
+    let kept: Vec<HostPool> = (0..limit)
+        .map(|i| register(&mut s, 0, only(&whole, 0, 100 + i)).unwrap_or_else(|e| panic!("{e:?}")))
+        .collect();
+    let (code, detail) = register(&mut s, 0, only(&whole, 0, 100 + limit))
+        .err()
+        .unwrap_or_else(|| panic!("pool {} past the limit registered", limit + 1));
+    assert_eq!(code, ErrorCode::LimitExceeded, "{detail}");
+    // A pool it holds may still be registered again (a restarted engine's, say): refused
+    // only as the same epoch's, not for the count.
+    let (code, _) = register(&mut s, 0, only(&whole, 0, 100))
+        .err()
+        .unwrap_or_else(|| panic!());
+    assert_eq!(code, ErrorCode::Malformed);
+    drop(kept);
 }

@@ -4,8 +4,8 @@
 
 use orbitkv_gpu_bridge::{GroupGeometry, PageMemory, PageRef, PoolId, PoolSpec};
 use orbitkv_protocol::message::{
-    GroupHashes, LoadPage, LoadRequest, Proof, ProofLoad, PublishPage, PublishRequest,
-    QueryRequest, Register,
+    GroupHashes, LoadPage, LoadRequest, MAX_QUERY_BLOCKS, MAX_QUERY_GROUPS, Proof, ProofLoad,
+    PublishPage, PublishRequest, QueryRequest, Register,
 };
 use orbitkv_protocol::{
     DEFAULT_MAX_BODY, ErrorCode, HEADER_LEN, Message, PageStatus, ProtocolError, Role, decode_frame,
@@ -306,6 +306,39 @@ fn unknown_types_versions_and_sizes_are_typed_errors() {
     assert!(matches!(
         decode_frame(&q, DEFAULT_MAX_BODY),
         Err(ProtocolError::Truncated { .. })
+    ));
+}
+
+#[test]
+fn a_query_names_a_bounded_number_of_hashes_and_groups() {
+    // One-byte hashes: a frame of a few MiB would otherwise decode to millions of allocations.
+    let of = |counts: &[usize]| QueryRequest {
+        groups: counts
+            .iter()
+            .enumerate()
+            .map(|(g, &k)| GroupHashes {
+                group: g as u32,
+                hashes: vec![vec![1]; k],
+            })
+            .collect(),
+        ..query()
+    };
+    let decodes = |q: QueryRequest| {
+        let f = Message::Query(q)
+            .encode_frame(1)
+            .unwrap_or_else(|e| panic!("{e}"));
+        decode_frame(&f, DEFAULT_MAX_BODY)
+    };
+    let half = MAX_QUERY_BLOCKS / 2;
+    assert!(decodes(of(&[half, half])).is_ok());
+    assert!(matches!(
+        decodes(of(&[half, half + 1])),
+        Err(ProtocolError::BadField { .. })
+    ));
+    assert!(decodes(of(&vec![1; MAX_QUERY_GROUPS])).is_ok());
+    assert!(matches!(
+        decodes(of(&vec![1; MAX_QUERY_GROUPS + 1])),
+        Err(ProtocolError::BadField { .. })
     ));
 }
 

@@ -382,7 +382,23 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: UnixStream) {
         // Accepted while stopping (the stop may have closed the others already), or no thread.
         conn.outbox.close();
     } else {
-        read_loop(shared, &conn, stream, timeout);
+        // A handler that panics ends this connection alone, and what it held is still freed
+        // below: its writer, its sessions, pools and leases.
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            read_loop(shared, &conn, stream, timeout);
+        }));
+        if let Err(p) = served {
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(
+                conn = id,
+                "a request handler panicked, closing the connection: {what}"
+            );
+            conn.outbox.close();
+        }
         // Its last replies (a refusal, say) still go out, each within the send timeout; a stop
         // closes it at once.
         conn.outbox.finish();

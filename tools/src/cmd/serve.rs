@@ -148,6 +148,35 @@ fn free_bytes(dir: &Path) -> Option<u64> {
     Some(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
+/// Descriptors the daemon keeps beside its connections: segment files, the manifest, the
+/// socket, the metrics listener, the random source.
+const FILES_BESIDE_CONNECTIONS: u64 = 256;
+
+/// Raises the soft limit of open files to the hard one. Returns the limit in force after.
+#[expect(
+    unsafe_code,
+    reason = "getrlimit and setrlimit have no safe wrapper in std"
+)]
+fn raise_open_files_limit() -> Option<u64> {
+    // SAFETY: an all-zero rlimit is a valid value to be overwritten.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: `lim` is a live, writable rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return None;
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: `raised` is a valid rlimit that only raises the soft limit to the hard one.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim = raised;
+        }
+    }
+    Some(lim.rlim_cur)
+}
+
 /// Starts the background compactor: every `every`, the sealed segments of `store` whose live
 /// fraction is below `threshold` are compacted, until [`STOP`] is set.
 fn start_compactor(
@@ -298,6 +327,18 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
         uids: file.peers.uids.clone(),
         gids: file.peers.gids.clone(),
     };
+    // Each connection holds two descriptors, and a pool in engine memory one more.
+    if let Some(files) = raise_open_files_limit() {
+        let needed = server_cfg.max_connections as u64 * 3 + FILES_BESIDE_CONNECTIONS;
+        if files < needed {
+            tracing::warn!(
+                open_files = files,
+                max_connections = server_cfg.max_connections,
+                "the open-files limit is below what the connection limit may need ({needed}); \
+                 raise it (ulimit -n) or lower limits.max_connections"
+            );
+        }
+    }
     let store = Arc::new(StateStore::open(io, cfg.clone()).map_err(|e| refused(e.to_string()))?);
     let server = Server::bind(server_cfg, store.clone()).map_err(|e| refused(e.to_string()))?;
     let exporter = Exporter::start(&metrics, server.metrics_source())

@@ -2,7 +2,7 @@
 //! which ends a lease.
 
 use super::fields::read_hash;
-use super::{Body, Message, Token};
+use super::{Body, MAX_QUERY_BLOCKS, MAX_QUERY_GROUPS, Message, Token};
 use crate::error::{ProtocolError, Result};
 use crate::wire::{Reader, Writer};
 
@@ -55,10 +55,24 @@ impl Body for QueryRequest {
             });
         }
         let n = r.count("groups", 8)?;
+        if n > MAX_QUERY_GROUPS {
+            return Err(ProtocolError::BadField {
+                what: "query groups",
+                why: format!("{n} groups, at most {MAX_QUERY_GROUPS}"),
+            });
+        }
         let mut groups = Vec::with_capacity(n);
+        let mut blocks = 0usize;
         for _ in 0..n {
             let group = r.u32("group")?;
             let k = r.count("block hashes", 2)?;
+            blocks = blocks.saturating_add(k);
+            if blocks > MAX_QUERY_BLOCKS {
+                return Err(ProtocolError::BadField {
+                    what: "query block hashes",
+                    why: format!("more than {MAX_QUERY_BLOCKS} over the query's groups"),
+                });
+            }
             let mut hashes = Vec::with_capacity(k);
             for _ in 0..k {
                 hashes.push(read_hash(r, "block hash", false)?);
