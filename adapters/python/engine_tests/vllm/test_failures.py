@@ -1,14 +1,20 @@
 """Failures never fail a request: a daemon lost between Query and Acquire, or during a Load,
 shows as load errors and vLLM's real scheduler recomputes those blocks with the request still
-running; a restarted daemon is registered with again in the background and serves the records
-it kept."""
+running; a daemon that stops answering delays one request by the Query deadline, not every
+request for good, and a lease it grants after the Acquire's wait is given back at once; a
+restarted daemon is registered with again in the background and serves the records it kept."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orbitkv.vllm.scheduler
 import pytest
 from daemon import Daemon
 from harness import BLOCK, Instance
@@ -169,5 +175,80 @@ def test_a_stale_generation_is_a_load_error(own_daemon: Daemon, model_dir: Path)
         assert worker.stats["load_failures"] == 4
         assert sum(v for k, v in worker.stats.total.items() if k.startswith("load_")) > 4
         assert r.num_output_tokens == 2
+    finally:
+        c.close()
+
+
+def test_a_daemon_that_stops_answering_delays_one_request(
+    own_daemon: Daemon, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    publish(model_dir, own_daemon.socket, prompts=3)
+    monkeypatch.setattr(orbitkv.vllm.scheduler, "UNANSWERED_PAUSE", 1.0)
+    c = Instance(model_dir, "consumer", own_daemon.socket)
+    stats = c.connector.scheduler.stats
+    pid = own_daemon.proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # The connection stays open and nothing is answered: the request waits for its Query
+        # up to the deadline, then is scheduled as a miss.
+        t0 = time.monotonic()
+        start, _ = c.first_step("hung", prompt(0))
+        waited = time.monotonic() - t0
+        assert start == 0
+        assert orbitkv.vllm.scheduler.QUERY_DEADLINE <= waited < 5.0, waited
+        assert stats["query_timeouts"] == 1
+        # The next request does not wait at all while the daemon is known to be silent.
+        t0 = time.monotonic()
+        start, _ = c.first_step("next", prompt(1))
+        assert start == 0
+        assert time.monotonic() - t0 < 0.5
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    try:
+        time.sleep(1.1)
+        start, _ = c.first_step("served", prompt(2))
+        assert start == 4 * BLOCK, "answered again once the daemon is back"
+        c.run()
+    finally:
+        c.close()
+
+
+def test_a_lease_granted_after_its_wait_is_given_back(
+    own_daemon: Daemon, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    publish(model_dir, own_daemon.socket)
+    monkeypatch.setattr(orbitkv.vllm.scheduler, "ACQUIRE_WAIT", 0.3)
+    c = Instance(model_dir, "consumer", own_daemon.socket)
+    side = c.connector.scheduler
+    real = side.after_alloc
+    pid = own_daemon.proc.pid
+
+    def after_alloc(request: Request, blocks: KVCacheBlocks, n: int) -> None:
+        if n:
+            # The daemon stalls past the Acquire's wait, then grants the lease after all.
+            os.kill(pid, signal.SIGSTOP)
+            threading.Timer(1.0, os.kill, (pid, signal.SIGCONT)).start()
+        real(request, blocks, n)
+
+    side.after_alloc = after_alloc  # type: ignore[method-assign]
+
+    def leases() -> int:
+        assert side.session is not None and side.session.conn is not None
+        found = re.search(r"^orbitkv_leases (\d+)$", side.session.conn.stats(), re.M)
+        assert found is not None
+        return int(found.group(1))
+
+    try:
+        start, r = run_through(c, "r")
+        assert start == 4 * BLOCK, "the Query proved four blocks"
+        assert side.stats["acquire_failures"] == 1
+        assert r.num_output_tokens == 2, "recomputed, then decoded as usual"
+        time.sleep(1.2)
+        deadline = time.monotonic() + 5.0
+        while leases() and time.monotonic() < deadline:
+            c.step()
+            time.sleep(0.05)
+        assert leases() == 0, "the late lease was given back, not left to its TTL"
+        assert not side.late
     finally:
         c.close()

@@ -63,6 +63,8 @@ class Session:
         self._retry_at = 0.0
         self._backoff = 0.1
         self._on_seal = on_seal
+        # Why the last attempt failed, logged once until the reason changes or a seal comes.
+        self._failing: str | None = None
 
     def sealed(self, wait: float = 0.0) -> orbitkv.Sealed | None:
         if self.seal is not None and self.conn is not None and self.conn.closed is None:
@@ -106,6 +108,7 @@ class Session:
                 raise orbitkv.ProtocolViolation(f"register answered {reply!r}")
             self.seal = reply
             self._backoff = 0.1
+            self._failing = None
             log.info(
                 "OrbitKV: %s rank %d of %s sealed (epoch %d)",
                 self.registration.role,
@@ -128,6 +131,16 @@ class Session:
         if self.conn is not None:
             log.warning("OrbitKV: daemon connection lost (%s); registering again", why)
             self.conn.close()
+        elif why != self._failing:
+            # The daemon could not be reached or refused this rank: requests are recomputed
+            # meanwhile, and the reason is worth an operator's eye once.
+            log.warning(
+                "OrbitKV: cannot register with the daemon (%s); trying again every %.0f s at "
+                "most, every request recomputed meanwhile",
+                why,
+                RETRY_MAX,
+            )
+        self._failing = why
         self.conn, self.seal, self._pending = None, None, None
         self._retry_at = time.monotonic() + self._backoff
         self._backoff = min(self._backoff * 2, RETRY_MAX)

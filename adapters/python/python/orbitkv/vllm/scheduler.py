@@ -5,6 +5,7 @@ once the workers have loaded."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,21 +32,32 @@ log = logging.getLogger("orbitkv.vllm")
 
 # How long a Query may hold up the step before the request is asked again at the next one.
 QUERY_WAIT = 0.005
+# How long a request may wait for its Query's reply, over all steps, before it counts as a miss.
+QUERY_DEADLINE = 1.0
+# After a Query passed its deadline, lookups count as misses without asking for this long: a
+# daemon that holds its connection open but answers nothing delays one request, not every one.
+UNANSWERED_PAUSE = 5.0
 # How long the scheduler waits at start-up for its instance's seal.
 SEAL_WAIT = 5.0
 # How long an Acquire may take before its blocks count as lost (vLLM recomputes them).
 ACQUIRE_WAIT = 2.0
+# How long a late Acquire's reply is watched for, so that a lease granted after all is given back
+# at once rather than holding its records until the daemon's lease TTL.
+LATE_ACQUIRE_WATCH = 60.0
 
 
 @dataclass
 class Lookup:
     """A request's last Query: the tokens it held locally (origin), the end asked, the hashes
-    asked, and the reply's boundary (`None` while the reply is pending)."""
+    asked, the connection and time it was asked on, and the reply's boundary (`None` while the
+    reply is pending)."""
 
     origin: int
     end: int
     hashes: list[bytes]
     request_id: int | None
+    conn: orbitkv.Connection | None = None
+    asked: float = 0.0
     boundary: int | None = None
 
 
@@ -75,6 +87,8 @@ class SchedulerSide:
         self.loads: list[LoadSpec] = []
         # Leases acquired and not given back yet.
         self.leases: set[int] = set()
+        # Acquires whose reply came too late: (connection, request, watched until).
+        self.late: list[tuple[orbitkv.Connection, int, float]] = []
         # Blocks vLLM handed out since the last step's metadata, from `after_alloc`.
         self.handed_out: set[int] = set()
         self.publishing: set[str] = set()
@@ -89,7 +103,10 @@ class SchedulerSide:
             "lost_blocks",
             "published_blocks",
             "failed_loads",
+            "query_timeouts",
         )
+        # Until when lookups count as misses without asking (a Query went unanswered).
+        self.unanswered_until = 0.0
 
     # -- identity, from the workers' handshake ---------------------------------------------------
 
@@ -157,10 +174,18 @@ class SchedulerSide:
         origin = num_computed_tokens
         if end <= origin:
             return 0, False
+        now = time.monotonic()
+        if now < self.unanswered_until:
+            return 0, False
         rid = request.request_id
         self.origins[rid] = origin
         look = self.lookups.get(rid)
+        if look is not None and look.boundary is None and look.conn is not conn:
+            # Asked on a connection since replaced: its reply never comes on this one.
+            look = None
         if look is None or (look.origin, look.end) != (origin, end):
+            if look is not None and look.request_id is not None:
+                conn.forget(look.request_id)
             self.stats.add("queries", 1)
             # Converted once per Query, not at each step the request waits.
             hashes = [bytes(h) for h in request.block_hashes[: end // bs]]
@@ -169,14 +194,28 @@ class SchedulerSide:
             except orbitkv.OrbitKVError as e:
                 self._lost(e)
                 return 0, False
-            look = Lookup(origin, end, hashes, q)
+            look = Lookup(origin, end, hashes, q, conn, now)
             self.lookups[rid] = look
         if look.boundary is None and look.request_id is not None:
             try:
                 reply = conn.wait(look.request_id, timeout=QUERY_WAIT)
             except orbitkv.TimedOut:
-                # Not blocking the step: asked again at the next one.
-                return None, False
+                if now - look.asked < QUERY_DEADLINE:
+                    # Not blocking the step: asked again at the next one.
+                    return None, False
+                # The daemon holds the connection but answers nothing: a miss, recomputed.
+                conn.forget(look.request_id)
+                look.request_id = None
+                look.boundary = origin
+                self.unanswered_until = now + UNANSWERED_PAUSE
+                self.stats.add("query_timeouts", 1)
+                log.warning(
+                    "OrbitKV: a Query went unanswered for %.1f s; lookups count as misses for "
+                    "%.0f s",
+                    QUERY_DEADLINE,
+                    UNANSWERED_PAUSE,
+                )
+                return 0, False
             except orbitkv.OrbitKVError as e:
                 self._lost(e)
                 return 0, False
@@ -218,7 +257,7 @@ class SchedulerSide:
                 if isinstance(reply, orbitkv.Leased):
                     proof, lease = reply.proof, reply.lease
             except orbitkv.TimedOut:
-                conn.forget(a)
+                self.late.append((conn, a, time.monotonic() + LATE_ACQUIRE_WATCH))
             except orbitkv.OrbitKVError as e:
                 self._lost(e)
         proven = (proof.boundary if proof is not None else origin) // bs
@@ -239,7 +278,30 @@ class SchedulerSide:
             self.leases.add(lease)
         self.loads.append(LoadSpec(rid, lease, tuple(pages), lost, whole=self.whole))
 
+    def _release_late(self) -> None:
+        """Gives back the leases of Acquires answered after their wait; forgets those that
+        stay unanswered past the watch, or whose connection is gone."""
+        live = self._sealed()
+        still = []
+        for conn, request, until in self.late:
+            if live is None or live[0] is not conn:
+                continue
+            try:
+                reply = conn.poll(request)
+                if isinstance(reply, orbitkv.Leased):
+                    conn.forget(conn.submit_release(live[1].token, reply.lease))
+                elif reply is None and time.monotonic() < until:
+                    still.append((conn, request, until))
+                elif reply is None:
+                    conn.forget(request)
+            except orbitkv.OrbitKVError as e:
+                self._lost(e)
+                return
+        self.late = still
+
     def build_meta(self, scheduler_output: SchedulerOutput) -> OrbitKVMetadata:
+        if self.late:
+            self._release_late()
         meta = OrbitKVMetadata(
             loads=self.loads,
             preempted=set(scheduler_output.preempted_req_ids or ()),
@@ -344,7 +406,10 @@ class SchedulerSide:
         """A finished request's blocks stay allocated until its publishes are copied out."""
         rid = request.request_id
         self.requests.pop(rid, None)
-        self.lookups.pop(rid, None)
+        look = self.lookups.pop(rid, None)
+        if look is not None and look.request_id is not None and look.conn is not None:
+            # Its reply is not wanted any more: the connection keeps no reply for it.
+            look.conn.forget(look.request_id)
         self.origins.pop(rid, None)
         delay = rid in self.publishing
         self.publishing.discard(rid)
@@ -356,6 +421,7 @@ class SchedulerSide:
             self.session.lost(str(e))
         # The daemon ends a connection's leases with it.
         self.leases.clear()
+        self.late.clear()
         # Answers already in stay; queries asked on the lost connection are asked again.
         self.lookups = {r: k for r, k in self.lookups.items() if k.boundary is not None}
 

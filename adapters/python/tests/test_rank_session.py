@@ -1,0 +1,63 @@
+"""A rank's session (`orbitkv.session.Session`), as the engine adapters hold one, against a daemon
+that is away: it never blocks, and why it cannot register is logged once per reason, not at every
+retry and not never."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+import orbitkv
+import pytest
+from engine import Engine
+from orbitkv.session import Registration, Session
+
+
+def registration(tmp_path: Path) -> Registration:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama", "num_hidden_layers": 2}')
+    (model / "model.safetensors").write_bytes(os.urandom(1 << 12))
+    identity = orbitkv.resolve_identity(
+        str(model),
+        engine="vllm",
+        release="0.33.0",
+        dtype="bfloat16",
+        kv_cache_dtype="auto",
+        quantization="none",
+        attention_backend="FLASH_ATTN",
+        cache_variant="paged",
+    )
+    engine = Engine("alone")
+    return Registration(
+        instance="alone",
+        role="scheduler",
+        rank=0,
+        workers=1,
+        identity=identity,
+        layout=engine.layout(),
+        domain="vllm/sha256",
+        model="llama",
+        revision=None,
+    )
+
+
+def test_an_unreachable_daemon_is_logged_once_with_its_reason(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    socket = str(tmp_path / "nowhere" / "orbitkv.sock")
+    session = Session(socket, registration(tmp_path))
+    caplog.set_level(logging.WARNING, logger="orbitkv")
+    for _ in range(4):
+        t0 = time.monotonic()
+        assert session.sealed() is None
+        assert time.monotonic() - t0 < 1.0, "the engine is never held up"
+        # Past the back-off: each call tries again.
+        session._retry_at = 0.0
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "cannot register with the daemon" in warnings[0]
+    assert "nowhere" in warnings[0], "the path tried is named"
+    assert session.conn is None and session.seal is None
