@@ -734,9 +734,11 @@ fn align_end(alignment: Alignment, len_before_trailer: usize) -> usize {
 }
 
 /// Reads a sealed segment's header, trailer and footer from its tail; returns them and the bytes
-/// read. Errors are descriptions (the caller quarantines or reports).
+/// read. With `digest` (the manifest's seal record), a trailer naming another footer is refused
+/// before the footer is allocated. Errors are descriptions (the caller quarantines or reports).
 pub(crate) fn read_sealed(
     file: &SegmentFile,
+    digest: Option<&[u8; 32]>,
 ) -> std::result::Result<(SegmentHeader, Trailer, Footer, u64), String> {
     let len = file.file.size().map_err(|e| e.to_string())?;
     if len > crate::MAX_SEGMENT_FILE_BYTES {
@@ -757,6 +759,9 @@ pub(crate) fn read_sealed(
         .read_exact_at(&mut tail, len - TRAILER_LEN as u64)
         .map_err(|e| e.to_string())?;
     let t = Trailer::decode(&tail, len).map_err(|e| format!("trailer: {e}"))?;
+    if digest.is_some_and(|d| t.footer_digest != *d) {
+        return Err("footer digest differs from the manifest's seal record".to_owned());
+    }
     // A footer longer than its frames could need is refused before anything is allocated.
     if t.footer_len > crate::recover::max_footer_len(t.footer_offset) {
         return Err(format!(

@@ -99,7 +99,7 @@ impl StateStore {
             let Some(file) = self.sealed_file(&w, id) else {
                 continue;
             };
-            let Ok((_, _, footer, _)) = read_sealed(&file) else {
+            let Ok((_, _, footer, _)) = read_sealed(&file, None) else {
                 continue;
             };
             let mut st = SegmentStat {
@@ -138,7 +138,7 @@ impl StateStore {
             let Some(file) = self.sealed_file(&w, id) else {
                 continue;
             };
-            let Ok((_, _, footer, _)) = read_sealed(&file) else {
+            let Ok((_, _, footer, _)) = read_sealed(&file, None) else {
                 continue;
             };
             for e in &footer.entries {
@@ -281,7 +281,7 @@ impl StateStore {
             let Some(file) = self.sealed_file(w, id) else {
                 continue;
             };
-            let (_, _, footer, _) = read_sealed(&file).map_err(|reason| Error::Damaged {
+            let (_, _, footer, _) = read_sealed(&file, None).map_err(|reason| Error::Damaged {
                 path: file.path.clone(),
                 reason,
             })?;

@@ -87,6 +87,9 @@ pub const DEFAULT_SEGMENT_BYTES: u64 = 256 << 20;
 pub const MAX_SEGMENT_BYTES: u64 = 16 << 30;
 /// Largest bundle (sum of payloads) accepted in one put.
 pub const MAX_BUNDLE_BYTES: u64 = 1 << 30;
+/// Record and manifest sequences stay below this: a billion a second would take over a century
+/// to reach it. A sequence on disk at or above it is damage, and the store then refuses writes.
+pub const SEQUENCE_LIMIT: u64 = 1 << 62;
 /// Smallest SSD budget accepted.
 pub const MIN_SSD_BYTES: u64 = 1 << 20;
 /// With an SSD budget, a segment is at most this fraction of it, so reclaiming one segment

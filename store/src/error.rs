@@ -134,6 +134,16 @@ pub enum WriteRefusal {
         /// The failure.
         detail: String,
     },
+    /// A record or manifest sequence on disk is at [`crate::SEQUENCE_LIMIT`] or above: no store
+    /// reaches it, so a damaged or crafted record claims it, and later sequences could not be
+    /// kept increasing.
+    #[error(
+        "a record on disk claims sequence {highest}, past any the store writes; the store serves reads only (check it with fsck)"
+    )]
+    SequencesExhausted {
+        /// The highest sequence found.
+        highest: u64,
+    },
     /// A segment active at the last shutdown could not be sealed on open (a full disk).
     #[error(
         "segment {segment}, active at the last shutdown, could not be sealed ({detail}); free space and restart the daemon"
@@ -177,7 +187,8 @@ impl WriteRefusal {
             | WriteRefusal::CheckpointFailed { .. }
             | WriteRefusal::ManifestUncertain { .. }
             | WriteRefusal::RecoveryUnsealed { .. }
-            | WriteRefusal::SegmentIdsExhausted => Retry::Never,
+            | WriteRefusal::SegmentIdsExhausted
+            | WriteRefusal::SequencesExhausted { .. } => Retry::Never,
         }
     }
 }

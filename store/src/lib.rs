@@ -69,7 +69,8 @@ use crate::active::{Active, SegmentFile};
 pub use crate::compactor::{CompactReport, SegmentStat};
 pub use crate::config::{
     DEFAULT_SEGMENT_BYTES, Durability, MAX_BUNDLE_BYTES, MAX_SEGMENT_BYTES, MIN_SSD_BYTES,
-    NO_SPACE_RETRY, SEGMENTS_PER_BUDGET, StoreConfig, ssd_bytes_holding, ssd_records_held,
+    NO_SPACE_RETRY, SEGMENTS_PER_BUDGET, SEQUENCE_LIMIT, StoreConfig, ssd_bytes_holding,
+    ssd_records_held,
 };
 pub use crate::dir::Layout;
 use crate::dram::DramTier;
@@ -147,14 +148,14 @@ impl Writer {
     fn append_manifest_with(&mut self, record: impl FnOnce(u64) -> ManifestRecord) -> Result<u64> {
         let sequence = self.next_sequence;
         self.manifest.append(sequence, record(sequence))?;
-        self.next_sequence += 1;
+        self.next_sequence = sequence.saturating_add(1);
         Ok(sequence)
     }
 
     /// Takes the next sequence (a record copied forward, a manifest checkpoint).
     fn take_sequence(&mut self) -> u64 {
         let sequence = self.next_sequence;
-        self.next_sequence += 1;
+        self.next_sequence = sequence.saturating_add(1);
         sequence
     }
 }

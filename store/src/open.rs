@@ -102,16 +102,20 @@ impl StateStore {
         )?;
         let report = rec.report;
         let rec_superseded = rec.superseded;
-        let next_sequence = rec
-            .max_record_sequence
-            .max(manifest.state.last_sequence)
-            .map_or(1, |s| s + 1);
+        let highest = rec.max_record_sequence.max(manifest.state.last_sequence);
+        let next_sequence = highest.map_or(1, |s| s.saturating_add(1));
+        let exhausted = highest
+            .filter(|&s| s >= crate::SEQUENCE_LIMIT)
+            .map(|highest| WriteRefusal::SequencesExhausted { highest });
         let mut segments = rec.segments;
         let mut writer = Writer {
             manifest,
             active: [None, None],
             next_sequence,
-            refuse: config.read_only.then_some(WriteRefusal::ReadOnly),
+            refuse: config
+                .read_only
+                .then_some(WriteRefusal::ReadOnly)
+                .or(exhausted),
             no_space_at: None,
             lost_since_sync: 0,
             ssd_used: 0,

@@ -373,7 +373,7 @@ impl StateStore {
         // sync.
         self.publish_held_back(w);
         let from_probation = w.probation.contains(&id);
-        let entries = match read_sealed(&file) {
+        let entries = match read_sealed(&file, None) {
             Ok((_, _, footer, _)) => footer.entries,
             Err(why) => {
                 // Its records cannot be listed; they are misses once the file is gone.

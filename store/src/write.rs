@@ -75,7 +75,7 @@ impl StateStore {
             .state
             .snapshot
             .last_segment_sequence
-            .map_or(1, |s| s + 1);
+            .map_or(1, |s| s.saturating_add(1));
         let id = seq;
         if u32::try_from(id).is_err() {
             return Err(Error::WritesRefused(WriteRefusal::SegmentIdsExhausted));

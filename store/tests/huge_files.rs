@@ -183,3 +183,57 @@ fn compaction_of_a_segment_grown_huge_fails_cleanly() {
     let last = RECORDS - 1;
     assert_eq!(check(&store, 1, last, LEN), Some(true));
 }
+
+/// The highest resident memory of this process so far, in bytes (`VmHWM`).
+fn peak_resident() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1024
+}
+
+#[test]
+fn a_forged_trailer_naming_a_huge_footer_is_refused_before_it_is_allocated() {
+    use orbitkv_segments::{TRAILER_LEN, Trailer};
+    use std::os::unix::fs::FileExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let store = open_real(dir);
+    fill(&store);
+    let victim = store.segment_stats().unwrap()[0].id;
+    store.close().unwrap();
+    // A trailer with a valid checksum that names an 8 GiB footer after 8 GiB of frames, in a
+    // sparse file long enough to hold them: only the manifest's digest tells it is not the
+    // segment's own.
+    let path = Layout::new(dir).segment(victim);
+    let file = OpenOptions::new().write(true).open(&path).unwrap();
+    let (at, footer) = (8u64 << 30, 8u64 << 30);
+    let len = at + footer + TRAILER_LEN as u64;
+    file.set_len(len).unwrap();
+    let forged = Trailer {
+        footer_offset: at,
+        footer_len: footer,
+        segment_sequence: 0,
+        footer_digest: [7; 32],
+    };
+    file.write_all_at(&forged.encode(), len - TRAILER_LEN as u64)
+        .unwrap();
+    drop(file);
+
+    let before = peak_resident();
+    let store = open_real(dir);
+    let grew = peak_resident().saturating_sub(before);
+    assert!(grew < 1 << 30, "opening took {grew} more bytes of memory");
+    let r = store.recovery_report();
+    let why = r
+        .quarantined
+        .iter()
+        .find(|(id, _)| *id == victim)
+        .map(|(_, why)| why.as_str())
+        .unwrap_or_default();
+    assert!(why.contains("digest differs"), "{r:?}");
+}

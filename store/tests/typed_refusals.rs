@@ -1,7 +1,8 @@
 //! Every write refusal says whether and when to try again: no space (and a full SSD tier) are
 //! retried after a delay, a failed write is retried at once on a new segment, a read-only
-//! store, a failed manifest checkpoint and a full disk at open refuse for good, and a record the
-//! format cannot carry or a namespace never registered is rejected alone.
+//! store, a failed manifest checkpoint, a full disk at open and a sequence on disk past any the
+//! store writes refuse for good, and a record the format cannot carry or a namespace never
+//! registered is rejected alone.
 
 mod common;
 
@@ -170,4 +171,38 @@ fn a_record_that_cannot_be_stored_is_rejected_alone() {
     assert_eq!(e.retry(), Retry::Rejected, "{e}");
     // The store itself takes writes.
     put(&store, 0, 10).unwrap();
+}
+
+#[test]
+fn a_sequence_past_any_the_store_writes_refuses_writes_and_still_serves() {
+    use orbitkv_wal::{ManifestRecord, encode_record};
+    for claimed in [orbitkv_store::SEQUENCE_LIMIT, u64::MAX] {
+        let io = FaultIo::new();
+        let store = open(&io, 1 << 20, Durability::EveryPut);
+        put(&store, 0, 1000).unwrap();
+        store.close().unwrap();
+        // A well-formed manifest record (checksums and all) that claims the sequence.
+        let manifest = std::path::Path::new("data/manifest.log");
+        let mut bytes = io.read_file(manifest).unwrap();
+        let record = ManifestRecord::NamespaceRegistered {
+            namespace: Namespace([0x66; 32]),
+            info: info(),
+        };
+        encode_record(claimed, &record, &mut bytes).unwrap();
+        assert!(io.write_file(manifest, &bytes));
+        let store = StateStore::open(
+            Arc::new(io.clone()) as Arc<dyn Io>,
+            config(1 << 20, Durability::EveryPut),
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        assert!(store.get(&key(0), &mut out).unwrap().is_some());
+        assert_eq!(out, payload(1, 0, 1000));
+        let e = put(&store, 1, 1000).unwrap_err();
+        assert!(
+            matches!(e, Error::WritesRefused(WriteRefusal::SequencesExhausted { highest }) if highest == claimed),
+            "{e}"
+        );
+        assert_eq!(e.retry(), Retry::Never);
+    }
 }
