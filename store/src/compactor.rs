@@ -412,12 +412,11 @@ impl StateStore {
         let mut placed: Vec<Copied> = Vec::new();
         let mut inputs = Vec::new();
         for &id in ids {
-            if !matches!(
-                w.manifest.state.snapshot.segments.get(&id),
-                Some(SegmentState::Sealed(..))
-            ) {
+            let Some(SegmentState::Sealed(created, _)) =
+                w.manifest.state.snapshot.segments.get(&id).cloned()
+            else {
                 continue;
-            }
+            };
             inputs.push(id);
             let path = self.layout.segment(id);
             let bytes = match self
@@ -440,9 +439,24 @@ impl StateStore {
                 }
             };
             report.input_bytes += bytes.len() as u64;
-            let Ok(header) = SegmentHeader::decode(&bytes) else {
-                continue;
-            };
+            // The manifest says what the header holds: a damaged header loses no frame, and one
+            // naming another segment lets none of that segment's frames in (their segment
+            // sequence differs).
+            let header = crate::recover::header_of(&created, &self.directory_id);
+            match SegmentHeader::decode(&bytes) {
+                Ok(h)
+                    if h.segment_id == header.segment_id
+                        && h.sequence == header.sequence
+                        && h.directory_id == header.directory_id => {}
+                found => tracing::warn!(
+                    segment = id,
+                    "salvaging under the manifest's header; the file's {}",
+                    match found {
+                        Ok(_) => "names another segment".to_owned(),
+                        Err(e) => format!("is damaged ({e})"),
+                    }
+                ),
+            }
             for item in orbitkv_segments::Scanner::new(
                 &bytes,
                 header,

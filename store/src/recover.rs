@@ -132,6 +132,22 @@ pub(crate) struct Recovered {
     pub(crate) report: RecoveryReport,
 }
 
+/// The header segment `created` was written with, from the manifest (its creation time aside).
+pub(crate) fn header_of(created: &SegmentCreated, directory: &[u8; 16]) -> SegmentHeader {
+    SegmentHeader {
+        segment_id: created.segment_id,
+        sequence: created.segment_sequence,
+        created_unix_ms: 0,
+        directory_id: *directory,
+        alignment: if created.direct {
+            orbitkv_segments::Alignment::Direct
+        } else {
+            orbitkv_segments::Alignment::Packed
+        },
+        compression: created.compression,
+    }
+}
+
 /// Opens a sealed segment from its tail; a failure quarantines it.
 fn open_sealed(
     file: &SegmentFile,
@@ -185,26 +201,31 @@ fn open_active(
                 segment = file.id,
                 "active segment without a header ({e}): empty"
             );
-            return Ok(Some((
-                SegmentHeader {
-                    segment_id: created.segment_id,
-                    sequence: created.segment_sequence,
-                    created_unix_ms: 0,
-                    directory_id: *directory,
-                    alignment: if created.direct {
-                        orbitkv_segments::Alignment::Direct
-                    } else {
-                        orbitkv_segments::Alignment::Packed
-                    },
-                    compression: created.compression,
-                },
-                0,
-                Vec::new(),
-            )));
+            return Ok(Some((header_of(created, directory), 0, Vec::new())));
         }
-        Err(e) => {
+        Err(e) if read_only => {
             report.quarantined.push((file.id, format!("header: {e}")));
             return Ok(None);
+        }
+        Err(e) => {
+            // A damaged header: the manifest says what it held, and only frames of this
+            // segment's sequence verify under it. It is written again before the scan, so the
+            // segment seals with a header that decodes.
+            let header = header_of(created, directory);
+            file.file
+                .write_all_at(&header.encode(), 0)
+                .and_then(|()| file.file.sync())
+                .map_err(io_err(&file.path, "rewrite a damaged segment header"))?;
+            tracing::warn!(
+                segment = file.id,
+                "active segment's header was damaged ({e}): written again from the manifest"
+            );
+            report.corrupt_records.push((
+                file.id,
+                0,
+                format!("segment header: {e}; written again from the manifest"),
+            ));
+            header
         }
     };
     let mut scanner = Scanner::new(&bytes, header, ScanMode::TolerateTail);
