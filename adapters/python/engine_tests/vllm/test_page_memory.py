@@ -139,3 +139,31 @@ def test_a_device_pool_the_daemon_refuses_falls_back_to_staging(
     finally:
         c.close()
         p.close()
+
+
+def test_a_staging_pool_that_cannot_be_made_leaves_the_engine_running(
+    daemon: Daemon, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The device pool is refused and the host memory to stage through cannot be had: the rank
+    serves and publishes nothing, and its requests run as if there were no cache."""
+
+    def on_device(
+        groups: dict[int, list[torch.Tensor]], layer_bytes: int, pages: int
+    ) -> DeviceMemory:
+        where = placement(groups, layer_bytes, pages)
+        assert where is not None
+        return DeviceMemory(groups, where, 0, bytes(64), 0)
+
+    def no_memory(*_: object) -> None:
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(worker, "page_memory", on_device)
+    monkeypatch.setattr(worker, "StagedMemory", no_memory)
+    prompt = [(i * 37 + 11) % 1000 for i in range(4 * BLOCK)] + [2]
+    p = Instance(model_dir, "no-staging", daemon.socket)
+    try:
+        assert p.start_of("w", prompt) == 0
+        assert not p.worker.worker.pool_ready
+        assert p.worker.worker.memory is not None and p.worker.worker.memory.kind == "device"
+    finally:
+        p.close()

@@ -160,7 +160,14 @@ class WorkerSide:
                 raise
             # A daemon without the CUDA backend, driver or device: stage instead.
             log.warning("OrbitKV: the daemon refused the device pool (%s); staging instead", e)
-            self.memory = m = StagedMemory(m.groups, self.layer_bytes, self.num_blocks)
+            try:
+                staged = StagedMemory(m.groups, self.layer_bytes, self.num_blocks)
+            except (OSError, RuntimeError, ValueError) as err:
+                # Host memory for the staging pool could not be had: this rank serves and
+                # publishes nothing, and the engine runs on.
+                log.error("OrbitKV: no staging pool (%s); this rank recomputes everything", err)
+                return
+            self.memory = m = staged
             m.register(conn, seal.token)
         self.pool_ready = True
 
