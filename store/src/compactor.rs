@@ -73,6 +73,14 @@ pub struct CompactReport {
     pub output_bytes: u64,
 }
 
+/// The footer digest the manifest's seal record of segment `id` carries, if it is sealed.
+pub(crate) fn seal_digest(state: &orbitkv_wal::ManifestState, id: u64) -> Option<[u8; 32]> {
+    match state.snapshot.segments.get(&id) {
+        Some(SegmentState::Sealed(_, sealed)) => Some(sealed.footer_digest),
+        _ => None,
+    }
+}
+
 impl StateStore {
     pub(crate) fn is_live(&self, key: &StateKey, id: u64, offset: u64, sequence: u64) -> bool {
         self.index.get(key).is_some_and(|r| {
@@ -99,7 +107,8 @@ impl StateStore {
             let Some(file) = self.sealed_file(&w, id) else {
                 continue;
             };
-            let Ok((_, _, footer, _)) = read_sealed(&file, None) else {
+            let digest = seal_digest(&w.manifest.state, id);
+            let Ok((_, _, footer, _)) = read_sealed(&file, digest.as_ref()) else {
                 continue;
             };
             let mut st = SegmentStat {
@@ -138,7 +147,8 @@ impl StateStore {
             let Some(file) = self.sealed_file(&w, id) else {
                 continue;
             };
-            let Ok((_, _, footer, _)) = read_sealed(&file, None) else {
+            let digest = seal_digest(&w.manifest.state, id);
+            let Ok((_, _, footer, _)) = read_sealed(&file, digest.as_ref()) else {
                 continue;
             };
             for e in &footer.entries {
@@ -281,10 +291,12 @@ impl StateStore {
             let Some(file) = self.sealed_file(w, id) else {
                 continue;
             };
-            let (_, _, footer, _) = read_sealed(&file, None).map_err(|reason| Error::Damaged {
-                path: file.path.clone(),
-                reason,
-            })?;
+            let digest = seal_digest(&w.manifest.state, id);
+            let (_, _, footer, _) =
+                read_sealed(&file, digest.as_ref()).map_err(|reason| Error::Damaged {
+                    path: file.path.clone(),
+                    reason,
+                })?;
             if footer
                 .entries
                 .iter()

@@ -138,7 +138,7 @@ pub enum WriteRefusal {
     /// reaches it, so a damaged or crafted record claims it, and later sequences could not be
     /// kept increasing.
     #[error(
-        "a record on disk claims sequence {highest}, past any the store writes; the store serves reads only (check it with fsck)"
+        "a record on disk claims sequence {highest}, past any the store writes (damage or a crafted file); the store serves reads only"
     )]
     SequencesExhausted {
         /// The highest sequence found.

@@ -125,7 +125,9 @@ impl StateStore {
         };
         // Seal what was active (or forget it when empty): recovery scans only one active tail.
         // If that cannot be written (a full disk), the store still opens and serves reads.
-        let actives = if config.read_only {
+        // A store refusing writes from the start (read-only, sequences exhausted) writes
+        // nothing here either: its actives stay as they are.
+        let actives = if writer.refuse.is_some() {
             Vec::new()
         } else {
             rec.actives

@@ -373,7 +373,8 @@ impl StateStore {
         // sync.
         self.publish_held_back(w);
         let from_probation = w.probation.contains(&id);
-        let entries = match read_sealed(&file, None) {
+        let digest = crate::compactor::seal_digest(&w.manifest.state, id);
+        let entries = match read_sealed(&file, digest.as_ref()) {
             Ok((_, _, footer, _)) => footer.entries,
             Err(why) => {
                 // Its records cannot be listed; they are misses once the file is gone.

@@ -203,28 +203,27 @@ fn open_active(
             );
             return Ok(Some((header_of(created, directory), 0, Vec::new())));
         }
-        Err(e) if read_only => {
-            report.quarantined.push((file.id, format!("header: {e}")));
-            return Ok(None);
-        }
         Err(e) => {
             // A damaged header: the manifest says what it held, and only frames of this
-            // segment's sequence verify under it. It is written again before the scan, so the
-            // segment seals with a header that decodes.
+            // segment's sequence verify under it. Unless the store is read-only, it is written
+            // again before the scan, so the segment seals with a header that decodes.
             let header = header_of(created, directory);
-            file.file
-                .write_all_at(&header.encode(), 0)
-                .and_then(|()| file.file.sync())
-                .map_err(io_err(&file.path, "rewrite a damaged segment header"))?;
+            let mended = if read_only {
+                "scanned under the manifest's"
+            } else {
+                file.file
+                    .write_all_at(&header.encode(), 0)
+                    .and_then(|()| file.file.sync())
+                    .map_err(io_err(&file.path, "rewrite a damaged segment header"))?;
+                "written again from the manifest"
+            };
             tracing::warn!(
                 segment = file.id,
-                "active segment's header was damaged ({e}): written again from the manifest"
+                "active segment's header was damaged ({e}): {mended}"
             );
-            report.corrupt_records.push((
-                file.id,
-                0,
-                format!("segment header: {e}; written again from the manifest"),
-            ));
+            report
+                .corrupt_records
+                .push((file.id, 0, format!("segment header: {e}; {mended}")));
             header
         }
     };

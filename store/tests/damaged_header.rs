@@ -1,6 +1,7 @@
 //! A segment whose header is damaged loses none of its frames: the manifest says what the header
 //! held. `fsck --repair` salvages a sealed one's frames under the manifest's header (before, it
-//! deleted them all), and the open of an active one writes its header again and scans it.
+//! deleted them all). The open of an active one scans it under the manifest's header, and
+//! writes that header back unless the store is read-only.
 
 #![expect(
     clippy::unwrap_used,
@@ -66,6 +67,18 @@ fn an_active_segment_with_a_damaged_header_is_scanned_and_mended_on_open() {
     // Dropped without closing: the segment stays active.
     drop(s);
     flip_header(&io, active);
+
+    // Read-only: scanned under the manifest's header and served, the file left as it is.
+    let damaged = io.read_file(&seg_path(active)).unwrap();
+    let mut ro = config(1 << 20, Durability::EveryPut);
+    ro.read_only = true;
+    let s = open_with(&io, ro);
+    assert!(s.recovery_report().quarantined.is_empty());
+    for i in 0..6 {
+        assert_eq!(check(&s, 2, i, LEN), Some(true), "record {i}, read-only");
+    }
+    drop(s);
+    assert_eq!(io.read_file(&seg_path(active)).unwrap(), damaged);
 
     let s = open(&io, 1 << 20, Durability::EveryPut);
     let r = s.recovery_report();

@@ -180,7 +180,8 @@ fn a_sequence_past_any_the_store_writes_refuses_writes_and_still_serves() {
         let io = FaultIo::new();
         let store = open(&io, 1 << 20, Durability::EveryPut);
         put(&store, 0, 1000).unwrap();
-        store.close().unwrap();
+        // Dropped without closing: its segment stays active, to be sealed at the next open.
+        drop(store);
         // A well-formed manifest record (checksums and all) that claims the sequence.
         let manifest = std::path::Path::new("data/manifest.log");
         let mut bytes = io.read_file(manifest).unwrap();
@@ -204,5 +205,8 @@ fn a_sequence_past_any_the_store_writes_refuses_writes_and_still_serves() {
             "{e}"
         );
         assert_eq!(e.retry(), Retry::Never);
+        // Nothing was written under a sequence past the limit: the active segment stays active.
+        drop(store);
+        assert_eq!(io.read_file(manifest).unwrap(), bytes);
     }
 }

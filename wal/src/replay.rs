@@ -13,8 +13,8 @@ use orbitkv_state::Namespace;
 
 use crate::error::{Error, Result};
 use crate::record::{
-    CHECKPOINT_TYPE, DecodedRecord, ManifestRecord, NamespaceState, RECORD_ALIGN, RECORD_MAGIC,
-    SegmentState, Snapshot, decode_record, verified_header_type,
+    CHECKPOINT_TYPE, DecodedRecord, ManifestRecord, NamespaceState, RECORD_ALIGN,
+    RECORD_HEADER_LEN, RECORD_MAGIC, SegmentState, Snapshot, decode_record, verified_header_type,
 };
 
 /// The live metadata a manifest describes.
@@ -222,10 +222,9 @@ pub enum ReplayStop {
         /// Where the next valid record starts.
         next_valid_at: u64,
     },
-    /// The first record is damaged and cannot be a torn append: its header names a checkpoint
-    /// (written whole, then renamed into place), or its header is damaged (an append leaves a
-    /// whole header or zeros). Nothing the log held can be trusted; truncating it would forget
-    /// every segment.
+    /// The first record is damaged and cannot be a torn append. Its header names a checkpoint,
+    /// which is written whole and renamed into place. Or its whole header is there and damaged.
+    /// Truncating the log would forget every segment.
     DamagedStart {
         /// What was wrong.
         error: Error,
@@ -265,10 +264,14 @@ fn later_valid(bytes: &[u8], from: usize, after: Option<u64>) -> Option<usize> {
     None
 }
 
-/// Whether the bad first record at the start of `rest` may be an append that a crash tore: its
-/// header verifies and names a record other than a checkpoint. A torn write leaves zeros (handled
-/// before) or a whole header, since a header is 28 bytes at offset 0.
+/// Whether the bad first record at the start of `rest` may be an append that a crash tore. A
+/// crash may keep any prefix of an unsynced append: part of a header, or a whole header that
+/// verifies and names a record other than a checkpoint. Zeros are handled before.
 fn could_be_torn_append(rest: &[u8]) -> bool {
+    if rest.len() < RECORD_HEADER_LEN {
+        let n = rest.len().min(RECORD_MAGIC.len());
+        return rest[..n] == RECORD_MAGIC[..n];
+    }
     verified_header_type(rest).is_some_and(|t| t != CHECKPOINT_TYPE)
 }
 

@@ -21,6 +21,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PROTOCOL_VERSION", orbitkv_protocol::VERSION)?;
     m.add("SOCKET_VAR", orbitkv_protocol::discover::SOCKET_VAR)?;
     m.add("MAX_NAME", orbitkv_protocol::message::MAX_NAME)?;
+    // Most block hashes one Query or Acquire may name, over all its groups.
+    m.add(
+        "MAX_QUERY_BLOCKS",
+        orbitkv_protocol::message::MAX_QUERY_BLOCKS,
+    )?;
     // The rank of a page every rank shares (MLA's), in Publish, Load and Proof.
     m.add("RANK_REPLICATED", orbitkv_state::format::RANK_REPLICATED)?;
     errors::add(m)?;

@@ -1,9 +1,10 @@
 """A rank's session (`orbitkv.session.Session`), as the engine adapters hold one, against a daemon
-that is away: it never blocks, and why it cannot register is logged once per reason, not at every
-retry and not never."""
+that is away or refuses the rank: it never blocks, and why it cannot register is logged once per
+reason, not at every retry and not never."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import orbitkv
 import pytest
+from conftest import Daemon
 from engine import Engine
 from orbitkv.session import Registration, Session
 
@@ -61,3 +63,18 @@ def test_an_unreachable_daemon_is_logged_once_with_its_reason(
     assert "cannot register with the daemon" in warnings[0]
     assert "nowhere" in warnings[0], "the path tried is named"
     assert session.conn is None and session.seal is None
+
+
+def test_a_refused_registration_is_logged_once_with_its_reason(
+    tmp_path: Path, daemon: Daemon, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The scheduler registers as rank 0: the daemon refuses rank 1, and says so.
+    refused = dataclasses.replace(registration(tmp_path), rank=1)
+    session = Session(daemon.socket, refused)
+    caplog.set_level(logging.WARNING, logger="orbitkv")
+    for _ in range(3):
+        assert session.sealed(wait=2.0) is None
+        session._retry_at = 0.0
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "rank 0" in warnings[0], warnings[0]

@@ -9,6 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
+import orbitkv
 import pytest
 from daemon import Daemon
 from harness import PAGE, Rank, same_bytes
@@ -49,6 +50,25 @@ def test_data_parallel_ranks_are_instances_sharing_records(daemon: Daemon, model
     finally:
         for r in dp:
             r.close()
+
+
+def test_a_chain_longer_than_a_query_may_name_is_asked_for_its_leading_part(
+    daemon: Daemon, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon refuses a Query of more than `MAX_QUERY_BLOCKS` hashes: the chain's leading
+    part within the limit is asked for instead, a prefix the daemon can prove."""
+    tokens = [t + 3 for t in TOKENS]
+    a = Rank(model_dir, "long-chain", daemon.socket)
+    try:
+        keys, _ = a.publish(tokens)
+        monkeypatch.setattr(orbitkv, "MAX_QUERY_BLOCKS", 3)
+        assert a.exists(keys) == 3
+        assert a.exists(keys[3:], prefix=keys[:3]) == 0, "the prefix alone fills the limit"
+        monkeypatch.undo()
+        assert a.exists(keys) == 4
+        assert a.backend.get_stats()["queries"] == 2, "no Query past the limit was sent"
+    finally:
+        a.close()
 
 
 def test_pages_not_stored_are_not_found(daemon: Daemon, model_dir: Path) -> None:

@@ -155,7 +155,8 @@ def test_a_staging_pool_that_cannot_be_made_leaves_the_engine_running(
         return DeviceMemory(groups, where, 0, bytes(64), 0)
 
     def no_memory(*_: object) -> None:
-        raise OSError(12, "Cannot allocate memory")
+        # As HostPool reports a mapping it cannot make.
+        raise orbitkv.InvalidInput("host pool: Cannot allocate memory (os error 12)")
 
     monkeypatch.setattr(worker, "page_memory", on_device)
     monkeypatch.setattr(worker, "StagedMemory", no_memory)

@@ -7,6 +7,7 @@ from typing import Literal, final
 
 __all__ = [
     "MAX_NAME",
+    "MAX_QUERY_BLOCKS",
     "PROTOCOL_VERSION",
     "RANK_REPLICATED",
     "SOCKET_VAR",
@@ -44,6 +45,7 @@ __all__ = [
 __version__: str
 PROTOCOL_VERSION: int
 MAX_NAME: int
+MAX_QUERY_BLOCKS: int
 RANK_REPLICATED: int
 SOCKET_VAR: str
 

@@ -128,9 +128,8 @@ class Session:
         have reconnected since); the next `sealed()` after the back-off registers again."""
         if conn is not None and conn is not self.conn:
             return
-        if self.conn is not None:
+        if self.seal is not None:
             log.warning("OrbitKV: daemon connection lost (%s); registering again", why)
-            self.conn.close()
         elif why != self._failing:
             # The daemon could not be reached or refused this rank: requests are recomputed
             # meanwhile, and the reason is worth an operator's eye once.
@@ -141,6 +140,8 @@ class Session:
                 RETRY_MAX,
             )
         self._failing = why
+        if self.conn is not None:
+            self.conn.close()
         self.conn, self.seal, self._pending = None, None, None
         self._retry_at = time.monotonic() + self._backoff
         self._backoff = min(self._backoff * 2, RETRY_MAX)

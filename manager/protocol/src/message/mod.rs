@@ -32,10 +32,10 @@ pub type Token = [u8; 32];
 pub const MAX_NAME: usize = 256;
 /// Longest engine-native block hash, in bytes.
 pub const MAX_NATIVE_HASH: usize = 64;
-/// Most block hashes one Query or Acquire names, over all its groups: 2^18 blocks, 4 M tokens
-/// of 16-token blocks. Each decoded hash is its own allocation, so the count, not the frame's
-/// bytes, bounds the memory a query takes.
-pub const MAX_QUERY_BLOCKS: usize = 1 << 18;
+/// Most block hashes one Query or Acquire names, over all its groups: 2^20, a million tokens of
+/// one-token pages. Each decoded hash is its own allocation, so the count, not the frame's bytes,
+/// bounds the memory a query takes.
+pub const MAX_QUERY_BLOCKS: usize = 1 << 20;
 /// Most cache groups one Query or Acquire names (a layout's limit).
 pub const MAX_QUERY_GROUPS: usize = orbitkv_state::layout::MAX_GROUPS;
 

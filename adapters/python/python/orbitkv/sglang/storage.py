@@ -260,6 +260,11 @@ class OrbitKVStorage(HiCacheStorage):
             prefix = extra_info.prefix_keys if extra_info is not None else None
             chain = self._chain(keys, prefix or [])
             ps, first = self.s.page_size, len(chain) - len(keys)
+            # One Query names at most MAX_QUERY_BLOCKS hashes over its groups: a longer chain
+            # is asked for its leading part, still a prefix the daemon can prove.
+            chain = chain[: orbitkv.MAX_QUERY_BLOCKS // len(groups)]
+            if len(chain) <= first:
+                return 0
             self.stats["queries"] += 1
             request = conn.submit_query(
                 seal.token, seal.epoch, first * ps, len(chain) * ps, self._named(groups, chain)

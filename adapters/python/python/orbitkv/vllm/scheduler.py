@@ -175,15 +175,17 @@ class SchedulerSide:
         if end <= origin:
             return 0, False
         now = time.monotonic()
-        if now < self.unanswered_until:
-            return 0, False
         rid = request.request_id
         self.origins[rid] = origin
         look = self.lookups.get(rid)
         if look is not None and look.boundary is None and look.conn is not conn:
             # Asked on a connection since replaced: its reply never comes on this one.
             look = None
+        # A Query went unanswered lately: misses, without asking or waiting.
+        paused = now < self.unanswered_until
         if look is None or (look.origin, look.end) != (origin, end):
+            if paused:
+                return 0, False
             if look is not None and look.request_id is not None:
                 conn.forget(look.request_id)
             self.stats.add("queries", 1)
@@ -198,8 +200,19 @@ class SchedulerSide:
             self.lookups[rid] = look
         if look.boundary is None and look.request_id is not None:
             try:
-                reply = conn.wait(look.request_id, timeout=QUERY_WAIT)
+                reply = (
+                    conn.poll(look.request_id)
+                    if paused
+                    else conn.wait(look.request_id, timeout=QUERY_WAIT)
+                )
             except orbitkv.TimedOut:
+                reply = None
+            except orbitkv.OrbitKVError as e:
+                self._lost(e)
+                return 0, False
+            if reply is None and paused:
+                return 0, False
+            if reply is None:
                 if now - look.asked < QUERY_DEADLINE:
                     # Not blocking the step: asked again at the next one.
                     return None, False
@@ -216,9 +229,6 @@ class SchedulerSide:
                     UNANSWERED_PAUSE,
                 )
                 return 0, False
-            except orbitkv.OrbitKVError as e:
-                self._lost(e)
-                return 0, False
             look.request_id = None
             look.boundary = reply.boundary if isinstance(reply, orbitkv.Proof) else origin
         external = max(0, (look.boundary or origin) - origin)
@@ -234,6 +244,10 @@ class SchedulerSide:
         # Blocks handed out to a request that waits for a load are in no scheduled request.
         self.handed_out.update(b for ids in block_ids for b in ids if b)
         look = self.lookups.pop(rid, None)
+        if look is not None and look.request_id is not None and look.conn is not None:
+            # Allocated as a miss while its Query was pending: its reply is not wanted.
+            look.conn.forget(look.request_id)
+            look = None
         origin = look.origin if look is not None else self.origins.get(rid, 0)
         # The next lookup of this request (after a preemption) asks again.
         self.origins.pop(rid, None)

@@ -162,7 +162,7 @@ class WorkerSide:
             log.warning("OrbitKV: the daemon refused the device pool (%s); staging instead", e)
             try:
                 staged = StagedMemory(m.groups, self.layer_bytes, self.num_blocks)
-            except (OSError, RuntimeError, ValueError) as err:
+            except (orbitkv.OrbitKVError, OSError, RuntimeError, ValueError) as err:
                 # Host memory for the staging pool could not be had: this rank serves and
                 # publishes nothing, and the engine runs on.
                 log.error("OrbitKV: no staging pool (%s); this rank recomputes everything", err)
