@@ -113,20 +113,22 @@ def test_a_devices_uuid_names_it_in_every_process(monkeypatch: pytest.MonkeyPatc
         assert device_uuid(0) == bytes.fromhex(text.replace("-", ""))
 
 
+def unbacked_device_pool(
+    groups: dict[int, list[torch.Tensor]], layer_bytes: int, pages: int
+) -> DeviceMemory:
+    """The worker's page memory as on a GPU: a device pool, which this daemon refuses."""
+    where = placement(groups, layer_bytes, pages)
+    assert where is not None
+    return DeviceMemory(groups, where, 0, bytes(64), 0)
+
+
 def test_a_device_pool_the_daemon_refuses_falls_back_to_staging(
     daemon: Daemon, model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A daemon without the CUDA backend refuses the device pool; the worker stages its pages
     instead and serves as usual."""
 
-    def on_device(
-        groups: dict[int, list[torch.Tensor]], layer_bytes: int, pages: int
-    ) -> DeviceMemory:
-        where = placement(groups, layer_bytes, pages)
-        assert where is not None
-        return DeviceMemory(groups, where, 0, bytes(64), 0)
-
-    monkeypatch.setattr(worker, "page_memory", on_device)
+    monkeypatch.setattr(worker, "page_memory", unbacked_device_pool)
     prompt = [(i * 71 + 17) % 1000 for i in range(4 * BLOCK)] + [2]
     p = Instance(model_dir, "no-cuda-w", daemon.socket)
     c = Instance(model_dir, "no-cuda-r", daemon.socket)
@@ -147,18 +149,11 @@ def test_a_staging_pool_that_cannot_be_made_leaves_the_engine_running(
     """The device pool is refused and the host memory to stage through cannot be had: the rank
     serves and publishes nothing, and its requests run as if there were no cache."""
 
-    def on_device(
-        groups: dict[int, list[torch.Tensor]], layer_bytes: int, pages: int
-    ) -> DeviceMemory:
-        where = placement(groups, layer_bytes, pages)
-        assert where is not None
-        return DeviceMemory(groups, where, 0, bytes(64), 0)
-
     def no_memory(*_: object) -> None:
         # As HostPool reports a mapping it cannot make.
         raise orbitkv.InvalidInput("host pool: Cannot allocate memory (os error 12)")
 
-    monkeypatch.setattr(worker, "page_memory", on_device)
+    monkeypatch.setattr(worker, "page_memory", unbacked_device_pool)
     monkeypatch.setattr(worker, "StagedMemory", no_memory)
     prompt = [(i * 37 + 11) % 1000 for i in range(4 * BLOCK)] + [2]
     p = Instance(model_dir, "no-staging", daemon.socket)
