@@ -378,7 +378,9 @@ impl Sessions {
                 refusal: refusal.clone(),
             }));
         }
-        self.forget_idle_instances();
+        if !events.is_empty() {
+            self.forget_idle_instances();
+        }
         events
     }
 
