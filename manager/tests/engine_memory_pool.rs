@@ -2,7 +2,8 @@
 //! daemon: the engine's descriptor holds the pages at an offset with no header, the state words
 //! in a states-only region beside it. Memory sealed against shrinking is mapped; memory that is
 //! not is copied with pread/pwrite, and the engine shrinking it under the daemon fails the pages
-//! it no longer holds — the daemon neither crashes nor grows the memory back.
+//! it no longer holds — the daemon neither crashes nor grows the memory back. A descriptor that
+//! is not memory (tmpfs or hugetlbfs) is refused.
 
 mod common;
 
@@ -81,12 +82,19 @@ fn an_unsealed_engine_memory_serves_pages_and_a_shrink_fails_them_without_harm()
     let mut s = seal(&d, &sim);
     let spec = sim.pool_spec(1, PAGES);
     let states = HostPool::create_states(spec.clone()).unwrap_or_else(|e| panic!("{e}"));
-    // The engine's memory: the tensor at offset 0, the file rounded up past it, no seals.
-    let memory = tempfile::tempfile().unwrap_or_else(|e| panic!("{e}"));
+    // The engine's memory: the tensor at offset 0, the memfd rounded up past it, no seals.
     let len = u64::from(PAGES) * sim.page_bytes();
-    memory
-        .set_len(len.next_multiple_of(1 << 20))
+    let memory = orbitkv_gpu_bridge::host::engine_memory(len.next_multiple_of(1 << 20))
         .unwrap_or_else(|e| panic!("{e}"));
+    // A file that is not memory is refused: copies through it could wait on its file system.
+    let not_memory = File::open("/proc/self/status").unwrap_or_else(|e| panic!("{e}"));
+    match register(&mut s, &spec, &states, &not_memory, 0) {
+        Err(ClientError::Refused { code, detail, .. }) => {
+            assert_eq!(code, ErrorCode::Malformed);
+            assert!(detail.contains("not memory"), "{detail}");
+        }
+        other => panic!("{other:?}"),
+    }
     // Too small for the pool from this offset: refused at registration.
     let r = register(&mut s, &spec, &states, &memory, (1 << 20) - 100);
     match r {

@@ -1,5 +1,5 @@
 //! A pool's pages in memory the engine allocated itself (SGLang's `allocator: shm`): a
-//! descriptor the engine owns, with no header, the pages from an offset. The state words live
+//! descriptor the engine owns, of tmpfs or hugetlbfs, with no header, the pages from an offset. The state words live
 //! apart, in a states-only region. A descriptor sealed against shrinking is mapped; one that is
 //! not is copied with `pread`/`pwrite`, so the engine shrinking it makes copies fail rather than
 //! fault the daemon. This file holds no `unsafe`.
@@ -10,7 +10,7 @@ use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 
-use super::region::{Region, seals};
+use super::region::{Region, is_memory, seals};
 use crate::error::{Error, Result};
 
 /// The page memory of a pool the engine allocated.
@@ -41,6 +41,12 @@ impl EngineMemory {
     /// The `len` bytes of page memory at `offset` in `fd`, which must hold them now.
     pub(crate) fn open(fd: OwnedFd, offset: u64, len: u64) -> Result<Self> {
         let file = File::from(fd);
+        if !is_memory(file.as_fd()) {
+            return Err(Error::Region(
+                "the engine memory is not memory: a memfd, shared memory or hugetlbfs file is needed"
+                    .to_owned(),
+            ));
+        }
         let size = file
             .metadata()
             .map_err(io("reading the engine memory's size"))?

@@ -11,6 +11,24 @@ use super::region::Region;
 use crate::error::{Error, Result, os_err};
 use crate::pool::{GroupGeometry, PageRef, PoolSpec};
 
+/// An unsealed memfd of `len` bytes: memory as an engine's own allocator hands it over
+/// (SGLang's `allocator: shm`), for a pool registered with [`crate::PageMemory::Engine`].
+#[expect(unsafe_code, reason = "memfd_create has no safe wrapper")]
+pub fn engine_memory(len: u64) -> Result<File> {
+    // SAFETY: memfd_create reads the NUL-terminated name and returns a new descriptor.
+    let raw = unsafe { libc::memfd_create(c"orbitkv-engine-memory".as_ptr(), libc::MFD_CLOEXEC) };
+    if raw < 0 {
+        return Err(os_err("memfd_create"));
+    }
+    // SAFETY: `raw` is a descriptor just returned to us and owned by nothing else.
+    let file = File::from(unsafe { OwnedFd::from_raw_fd(raw) });
+    file.set_len(len).map_err(|source| Error::Io {
+        what: "sizing the engine memory",
+        source,
+    })?;
+    Ok(file)
+}
+
 /// The engine's side: the pool it owns in shared memory.
 pub struct HostPool {
     layout: Layout,

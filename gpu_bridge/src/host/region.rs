@@ -134,6 +134,19 @@ pub(crate) fn seals(fd: BorrowedFd<'_>) -> i32 {
     unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) }.max(0)
 }
 
+/// Whether `fd` is memory: a file of tmpfs (a memfd, POSIX shared memory) or hugetlbfs. Copies
+/// through any other file could wait on a disk or on a file system the peer serves.
+#[expect(unsafe_code, reason = "fstatfs has no safe wrapper in std")]
+pub(crate) fn is_memory(fd: BorrowedFd<'_>) -> bool {
+    // SAFETY: an all-zero statfs is a valid value to be overwritten.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs on an open descriptor, writing into a live statfs.
+    if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    st.f_type == libc::TMPFS_MAGIC || st.f_type == libc::HUGETLBFS_MAGIC
+}
+
 /// Maps a region an engine passed for `spec` after checking it: sealed against shrinking,
 /// exactly the size the registration implies (with or without the pages), its header agreeing.
 pub(crate) fn map_registered(
