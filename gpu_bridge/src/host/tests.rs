@@ -239,15 +239,8 @@ fn engine_memory_is_mapped_only_when_sealed_against_shrinking() -> Result<()> {
         })
     };
     let states = HostPool::create_states(s.clone())?;
-    // An unsealed file: copied through the descriptor.
-    let file = tempfile::tempfile().map_err(|source| Error::Io {
-        what: "tempfile",
-        source,
-    })?;
-    file.set_len(4 * 4096 + 100).map_err(|source| Error::Io {
-        what: "set_len",
-        source,
-    })?;
+    // An unsealed memfd: copied through the descriptor.
+    let file = engine_memory(4 * 4096 + 100)?;
     let p = AttachedPool::attach_engine_memory(
         dup(states.fd())?,
         dup(file.as_fd())?,
@@ -266,6 +259,15 @@ fn engine_memory_is_mapped_only_when_sealed_against_shrinking() -> Result<()> {
             1
         )
         .is_err()
+    );
+    // A file that is not memory: refused.
+    let proc = File::open("/proc/self/status").map_err(|source| Error::Io {
+        what: "open",
+        source,
+    })?;
+    assert!(
+        AttachedPool::attach_engine_memory(dup(states.fd())?, dup(proc.as_fd())?, 0, s.clone(), 1)
+            .is_err()
     );
     // A memfd sealed against shrinking (a host pool's region): mapped.
     let host = HostPool::create(s.clone())?;
