@@ -53,6 +53,14 @@ fn grow(path: &Path) {
 
 fn no_progress(_: u64, _: u64) {}
 
+/// Why the open quarantined segment `id` ("" when it did not).
+fn quarantined(r: &orbitkv_store::RecoveryReport, id: u64) -> &str {
+    r.quarantined
+        .iter()
+        .find(|(q, _)| *q == id)
+        .map_or("", |(_, why)| why.as_str())
+}
+
 #[test]
 fn fsck_reports_a_huge_sealed_segment_and_repair_removes_it() {
     let tmp = tempfile::tempdir().unwrap();
@@ -138,12 +146,7 @@ fn a_huge_active_segment_is_quarantined_on_open() {
 
     let store = open_real(dir);
     let r = store.recovery_report();
-    let why = r
-        .quarantined
-        .iter()
-        .find(|(id, _)| *id == active)
-        .map(|(_, why)| why.as_str())
-        .unwrap_or_default();
+    let why = quarantined(r, active);
     assert!(why.contains("more than any the store writes"), "{r:?}");
     assert!(r.bytes_read < HUGE, "{} bytes read", r.bytes_read);
     // The sealed segments are served; what the huge file held is a miss, never wrong bytes.
@@ -229,11 +232,6 @@ fn a_forged_trailer_naming_a_huge_footer_is_refused_before_it_is_allocated() {
     let grew = peak_resident().saturating_sub(before);
     assert!(grew < 1 << 30, "opening took {grew} more bytes of memory");
     let r = store.recovery_report();
-    let why = r
-        .quarantined
-        .iter()
-        .find(|(id, _)| *id == victim)
-        .map(|(_, why)| why.as_str())
-        .unwrap_or_default();
+    let why = quarantined(r, victim);
     assert!(why.contains("digest differs"), "{r:?}");
 }
