@@ -469,9 +469,9 @@ impl PageState<'_> {
         }
     }
 
-    /// What an engine that reallocates a page without asking does: the generation goes up even
-    /// while leased. The manager's re-check after a copy out catches it; tests use this to play
-    /// such an engine.
+    /// The generation goes up even while leased: what an engine does after waiting past its
+    /// timeout for a lease to end, or one that reallocates without asking. The manager's
+    /// re-check after a copy out catches it.
     pub fn reuse_ignoring_leases(&self) -> u64 {
         let old = self.0.fetch_add(1 << LEASE_BITS, Ordering::AcqRel);
         generation_of(old) + 1

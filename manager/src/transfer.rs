@@ -251,25 +251,25 @@ pub fn load(
             continue;
         };
         // Fenced (epoch, pool, index, generation) and its geometry checked before any byte.
-        let leased = bridge
+        // The page lease taken for the check ends here: it is taken again once the record is
+        // read, so a read that stalls holds no page the engine may give up on and reuse.
+        let checked = bridge
             .lease(epoch, p.page)
             .map_err(|e| status_of(&e))
-            .and_then(|lease| Ok((span(&lease, p)?, lease)));
-        let (span, lease) = match leased {
+            .and_then(|lease| Ok((span(&lease, p)?, lease.pool().clone())));
+        let (span, pool) = match checked {
             Ok(x) => x,
             Err(status) => {
                 statuses.push(status);
                 continue;
             }
         };
-        if lease.pool().staged().is_some() {
+        if pool.staged().is_some() {
             // Copied with the rest of its pool's pages below.
-            let pool = lease.pool().clone();
             let batch = &mut staged.entry(p.page.pool).or_insert((pool, Vec::new())).1;
             batch.push(StagedPage {
                 at,
                 pin,
-                lease,
                 span,
                 item: Item {
                     page: p.page,
@@ -282,11 +282,12 @@ pub fn load(
         }
         // The DRAM tier's copy is lent as it is (one copy, into the page); a record read
         // from SSD comes through `buf`. A read or checksum failure drops the record: never
-        // copied.
+        // copied. A page reused during the read refuses the second lease.
         let copied = store.with_pinned(pin, &mut buf, |bytes| {
             if bytes.len() != span.record {
                 return Err(PageStatus::BadGeometry);
             }
+            let lease = PageLease::take(pool.clone(), p.page).map_err(|e| status_of(&e))?;
             bridge
                 .load(
                     &lease,
@@ -306,7 +307,7 @@ pub fn load(
         });
     }
     for (pool, batch) in staged.into_values() {
-        moved += load_staged(store, &*pool, batch, &mut statuses);
+        moved += load_staged(store, &pool, batch, &mut statuses);
     }
     (statuses, moved)
 }
@@ -346,24 +347,23 @@ fn span(lease: &PageLease, p: &LoadPage) -> Result<Span, PageStatus> {
     })
 }
 
-/// A Load page bound for a pool with staging memory, leased and checked.
+/// A Load page bound for a pool with staging memory, fenced and checked.
 struct StagedPage {
     /// Its position in the request.
     at: usize,
     pin: Pin,
-    lease: PageLease,
     span: Span,
     item: Item,
 }
 
 /// Copies a pool's staged pages as one batch: the store reads each record straight into the
-/// pool's staging memory, and each page's lease ends as soon as its copy has completed. A page
-/// whose record is gone or fails verification is never copied (`Missing`); one the pool
-/// refuses gets its fencing status; if the device fails, the pages not yet done stay
-/// `Refused`. Returns the bytes copied.
+/// pool's staging memory, then the page is leased (refused if the engine reused it during the
+/// read) until its copy has completed. A page whose record is gone or fails verification is
+/// never copied (`Missing`); one the pool refuses gets its fencing status; if the device
+/// fails, the pages not yet done stay `Refused`. Returns the bytes copied.
 fn load_staged(
     store: &StateStore,
-    pool: &dyn PagePool,
+    pool: &Arc<dyn PagePool>,
     batch: Vec<StagedPage>,
     statuses: &mut [PageStatus],
 ) -> u64 {
@@ -375,19 +375,24 @@ fn load_staged(
         .iter()
         .map(|_| Cell::new(PageStatus::Refused))
         .collect();
-    let mut leases: Vec<Option<PageLease>> = Vec::with_capacity(batch.len());
-    let mut rest = Vec::with_capacity(batch.len());
-    for s in batch {
-        leases.push(Some(s.lease));
-        rest.push((s.at, s.pin, s.span));
-    }
+    let leases: Vec<Cell<Option<PageLease>>> = batch.iter().map(|_| Cell::new(None)).collect();
+    let rest: Vec<_> = batch.into_iter().map(|s| (s.at, s.pin, s.span)).collect();
     let mut moved = 0u64;
     let r = staged.load_staged(
         &items,
         &mut |i, dst| {
             let (_, pin, span) = rest[i];
             match store.read_pinned_into(pin, span.record, span.from, dst) {
-                Ok(true) => true,
+                Ok(true) => match PageLease::take(pool.clone(), items[i].page) {
+                    Ok(lease) => {
+                        leases[i].set(Some(lease));
+                        true
+                    }
+                    Err(e) => {
+                        outcome[i].set(status_of(&e));
+                        false
+                    }
+                },
                 Ok(false) => {
                     outcome[i].set(PageStatus::Missing);
                     false
@@ -400,7 +405,7 @@ fn load_staged(
         },
         &mut |i, r| {
             // Copied (or refused): the lease ends now, not when the whole batch has.
-            if let Some(l) = leases.get_mut(i) {
+            if let Some(l) = leases.get(i) {
                 l.take();
             }
             outcome[i].set(match r {

@@ -81,6 +81,18 @@ impl HostPool {
             .generation)
     }
 
+    /// Reallocates page `index` even while the daemon holds a lease on it: returns its new
+    /// generation. For an engine that has waited past its timeout for the lease to end. A copy
+    /// out of the page still running is then discarded by the daemon; a copy into it still
+    /// running may land.
+    fn revoke(&self, py: Python<'_>, index: u32) -> PyResult<u64> {
+        Ok(self
+            .inner
+            .reuse_ignoring_leases(index)
+            .map_err(|e| pool_error(py, &e))?
+            .generation)
+    }
+
     /// Leases the daemon holds on page `index` now.
     fn leases(&self, py: Python<'_>, index: u32) -> PyResult<u32> {
         self.inner.leases(index).map_err(|e| pool_error(py, &e))

@@ -109,7 +109,9 @@ impl HostPool {
         self.states.reuse(index)
     }
 
-    /// Reallocates page `index` even while leased: what a misbehaving engine does (tests).
+    /// Reallocates page `index` even while leased. An engine does it after waiting past its
+    /// timeout for a lease to end: a copy out still running is then discarded, though a copy in
+    /// still running may land. Tests use it to play an engine that does not wait.
     pub fn reuse_ignoring_leases(&self, index: u32) -> Result<PageRef> {
         self.states.reuse_ignoring_leases(index)
     }

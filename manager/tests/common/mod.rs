@@ -4,6 +4,7 @@
 
 pub mod pages;
 pub mod slow_io;
+pub mod staged_device;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,21 +1,27 @@
-//! A store backend whose file syncs take as long as the test says: the fault backend, with a
-//! delay before each fsync, so a test can hold a Publish between its two replies.
+//! A store backend whose file syncs take as long as the test says, and whose reads run the
+//! test's code first: the fault backend, with a delay before each fsync (so a test can hold a
+//! Publish between its two replies) and a hook before each read (so a test can act while the
+//! store reads a record).
 
 use std::any::Any;
 use std::io;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use orbitkv_store::io::fault::FaultIo;
 use orbitkv_store::io::{Io, IoFile, OpenMode};
 use orbitkv_store::{Durability, StateStore, StoreConfig};
 
-/// The fault backend with slow file syncs.
+/// What runs before each file read: the file's path and the read's offset.
+pub type ReadHook = Box<dyn FnMut(&Path, u64) + Send>;
+
+/// The fault backend with slow file syncs and hooked reads.
 #[derive(Clone, Default)]
 pub struct SlowSync {
     inner: FaultIo,
+    on_read: Arc<Mutex<Option<ReadHook>>>,
     /// Milliseconds each file sync waits first.
     delay_ms: Arc<AtomicU64>,
     /// File syncs done.
@@ -26,6 +32,16 @@ impl SlowSync {
     /// From now on each file sync first waits `d`.
     pub fn set_delay(&self, d: Duration) {
         self.delay_ms.store(d.as_millis() as u64, Ordering::Release);
+    }
+
+    /// From now on `hook` runs before each file read.
+    pub fn set_read_hook(&self, hook: ReadHook) {
+        *self.on_read.lock().unwrap_or_else(|e| e.into_inner()) = Some(hook);
+    }
+
+    /// The fault backend underneath (to read or damage files).
+    pub fn fault(&self) -> &FaultIo {
+        &self.inner
     }
 
     /// File syncs done so far.
@@ -45,10 +61,20 @@ impl SlowSync {
 struct SlowFile {
     inner: Arc<dyn IoFile>,
     io: SlowSync,
+    path: PathBuf,
 }
 
 impl IoFile for SlowFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if let Some(hook) = self
+            .io
+            .on_read
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            hook(&self.path, offset);
+        }
         self.inner.read_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
@@ -76,6 +102,7 @@ impl Io for SlowSync {
         Ok(Arc::new(SlowFile {
             inner,
             io: self.clone(),
+            path: path.to_path_buf(),
         }))
     }
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {

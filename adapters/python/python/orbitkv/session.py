@@ -178,8 +178,11 @@ def take_replies(
 def settle(pool: orbitkv.HostPool, pages: list[int], timeout: float) -> None:
     """After a Load or Publish whose reply will not come: waits (up to `timeout`) until the
     daemon holds none of `pages` and moves each to a new generation, so no late copy of the
-    daemon's lands in a page the engine reuses (a leased page refuses the move)."""
+    daemon's lands in a page the engine reuses (a leased page refuses the move). A page still
+    leased at the deadline is revoked: moved to a new generation all the same, so a copy out
+    of it still running is discarded by the daemon (a copy into it may still land)."""
     deadline = time.monotonic() + timeout
+    revoked: list[int] = []
     for page in pages:
         while True:
             try:
@@ -187,6 +190,18 @@ def settle(pool: orbitkv.HostPool, pages: list[int], timeout: float) -> None:
                 break
             except orbitkv.OrbitKVError:
                 if time.monotonic() > deadline:
-                    log.error("OrbitKV: page %d stays leased by the daemon", page)
+                    try:
+                        pool.revoke(page)
+                        revoked.append(page)
+                    except orbitkv.OrbitKVError as e:
+                        log.error("OrbitKV: page %d cannot be revoked (%s)", page, e)
                     break
                 time.sleep(0.005)
+    if revoked:
+        log.error(
+            "OrbitKV: %d page(s) stayed leased by the daemon past %.0f s and were revoked "
+            "(first %s); a copy into them may still land",
+            len(revoked),
+            timeout,
+            revoked[:16],
+        )
