@@ -2,11 +2,13 @@
 //!
 //! ```text
 //! D/orbitkv.dir            data-directory header (format version; written once)
-//! D/LOCK                   exclusive lock while the store is open read-write
+//! D/LOCK                   exclusive lock while the store is open (made if missing)
 //! D/manifest.log           the manifest log
 //! D/segments/<id>.seg      segment files, id as 8 hex digits
 //! ```
 
+use std::any::Any;
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use orbitkv_segments::{DIR_HEADER_FILE, DIR_HEADER_LEN, DataDirHeader, STORE_FORMAT_VERSION};
@@ -60,6 +62,36 @@ impl Layout {
     /// The spare segment file ([`SPARE_SEGMENT`]).
     pub fn spare_segment(&self) -> PathBuf {
         self.segments().join(SPARE_SEGMENT)
+    }
+}
+
+/// Takes the directory's exclusive lock: `Locked` while another process holds it. A read-only
+/// use goes on without it when the lock file is missing and cannot be made there (a read-only
+/// file system, a directory the user cannot write): no daemon has the store open, since one
+/// would have made the file. Returns the guard, if any.
+pub(crate) fn lock(
+    io: &dyn Io,
+    layout: &Layout,
+    read_only: bool,
+) -> Result<Option<Box<dyn Any + Send + Sync>>> {
+    let path = layout.lock();
+    match io.lock_exclusive(&path) {
+        Ok(guard) => Ok(Some(guard)),
+        Err(e) if e.kind() == ErrorKind::WouldBlock => Err(Error::Locked {
+            path: layout.root.clone(),
+        }),
+        Err(e)
+            if read_only
+                && matches!(
+                    e.kind(),
+                    ErrorKind::ReadOnlyFilesystem | ErrorKind::PermissionDenied
+                )
+                && !io.exists(&path) =>
+        {
+            tracing::info!(path = %path.display(), "no lock file, and none can be made ({e}): reading unlocked");
+            Ok(None)
+        }
+        Err(e) => Err(io_err(&path, "lock")(e)),
     }
 }
 

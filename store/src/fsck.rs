@@ -152,15 +152,7 @@ pub fn check(
             reason: "no store here (no orbitkv.dir)".to_owned(),
         });
     }
-    let _lock = io.lock_exclusive(&layout.lock()).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::WouldBlock {
-            Error::Locked {
-                path: data_dir.to_owned(),
-            }
-        } else {
-            io_err(&layout.lock(), "lock")(e)
-        }
-    })?;
+    let _lock = crate::dir::lock(io, &layout, true)?;
     let header = match open_header(io, &layout, 0, [0; 16]) {
         Ok((h, _)) => h,
         Err(Error::IncompatibleStore {

@@ -166,7 +166,7 @@ pub struct StateStore {
     layout: Layout,
     config: StoreConfig,
     directory_id: [u8; 16],
-    _lock: Box<dyn Any + Send + Sync>,
+    _lock: Option<Box<dyn Any + Send + Sync>>,
     index: Index,
     segments: RwLock<BTreeMap<u64, Arc<SegmentFile>>>,
     quarantined: RwLock<HashSet<u64>>,

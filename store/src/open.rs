@@ -66,15 +66,7 @@ impl StateStore {
             io.create_dir_all(&layout.segments())
                 .map_err(io_err(&layout.segments(), "create directory"))?;
         }
-        let lock = io.lock_exclusive(&layout.lock()).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::WouldBlock {
-                Error::Locked {
-                    path: layout.root.clone(),
-                }
-            } else {
-                io_err(&layout.lock(), "lock")(e)
-            }
-        })?;
+        let lock = dir::lock(io.as_ref(), &layout, config.read_only)?;
         if config.read_only && !io.exists(&layout.header()) {
             return Err(Error::Damaged {
                 path: layout.root.clone(),

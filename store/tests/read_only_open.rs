@@ -1,6 +1,7 @@
 //! A read-only open (what `inspect`, `fsck` without `--repair` and the crash harness's checks
 //! use) changes nothing on disk: a torn manifest tail is left in place, not truncated, and the
-//! records before it are served.
+//! records before it are served. On read-only media (a file system remounted read-only after
+//! disk errors), where no lock file can be made, reads go on unlocked; writes do not.
 
 mod common;
 
@@ -10,7 +11,8 @@ use std::path::{Path, PathBuf};
 use common::*;
 use orbitkv_store::io::Io;
 use orbitkv_store::io::fault::FaultIo;
-use orbitkv_store::{Durability, Layout};
+use orbitkv_store::io::fault::FaultPlan;
+use orbitkv_store::{Durability, Error, Layout, StateStore, fsck};
 
 /// Every file under the data directory, with its bytes.
 fn snapshot(io: &FaultIo) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -48,7 +50,7 @@ fn a_read_only_open_leaves_a_torn_manifest_tail_in_place() {
 
     let mut cfg = config(1 << 20, Durability::EveryPut);
     cfg.read_only = true;
-    let store = orbitkv_store::StateStore::open(std::sync::Arc::new(io.clone()), cfg).unwrap();
+    let store = StateStore::open(std::sync::Arc::new(io.clone()), cfg).unwrap();
     assert!(
         store.recovery_report().manifest_truncated,
         "the torn tail is found"
@@ -66,6 +68,63 @@ fn a_read_only_open_leaves_a_torn_manifest_tail_in_place() {
     assert_eq!(io.read_file(&manifest).unwrap()[..valid], bytes[..valid]);
     let mut cfg = config(1 << 20, Durability::EveryPut);
     cfg.read_only = true;
-    let store = orbitkv_store::StateStore::open(std::sync::Arc::new(io.clone()), cfg).unwrap();
+    let store = StateStore::open(std::sync::Arc::new(io.clone()), cfg).unwrap();
     assert!(!store.recovery_report().manifest_truncated);
+}
+
+#[test]
+fn reads_go_on_unlocked_where_no_lock_file_can_be_made() {
+    let io = FaultIo::new();
+    let store = open(&io, 1 << 20, Durability::EveryPut);
+    put_range(&store, 7, 0, 8, 3000);
+    drop(store);
+    let read_only = || {
+        let mut cfg = config(1 << 20, Durability::EveryPut);
+        cfg.read_only = true;
+        StateStore::open(std::sync::Arc::new(io.clone()), cfg)
+    };
+    for kind in [
+        std::io::ErrorKind::ReadOnlyFilesystem,
+        std::io::ErrorKind::PermissionDenied,
+    ] {
+        io.set_plan(FaultPlan {
+            refuse_locks: Some(kind),
+            ..FaultPlan::default()
+        });
+        let before = snapshot(&io);
+        let report = fsck::check(&io, Path::new("data"), &|_, _| {})
+            .unwrap_or_else(|e| panic!("{kind}: {e}"));
+        assert!(report.is_clean(), "{kind}: {:?}", report.problems());
+        let store = read_only().unwrap_or_else(|e| panic!("{kind}: {e}"));
+        for i in 0..8 {
+            assert_eq!(check(&store, 7, i, 3000), Some(true), "{kind}: record {i}");
+        }
+        drop(store);
+        assert_eq!(snapshot(&io), before, "{kind}: nothing on disk changed");
+        // A writable open needs the lock.
+        let err = StateStore::open(
+            std::sync::Arc::new(io.clone()),
+            config(1 << 20, Durability::EveryPut),
+        )
+        .err();
+        assert!(matches!(err, Some(Error::Io { .. })), "{kind}: {err:?}");
+    }
+    // Another failure, or a lock file that is there (a daemon may hold it), stops reads too.
+    io.set_plan(FaultPlan {
+        refuse_locks: Some(std::io::ErrorKind::Other),
+        ..FaultPlan::default()
+    });
+    assert!(read_only().is_err());
+    io.set_plan(FaultPlan::default());
+    let lock_file = Layout::new(Path::new("data")).lock();
+    drop(
+        io.open(&lock_file, orbitkv_store::io::OpenMode::CreateNew)
+            .unwrap(),
+    );
+    io.set_plan(FaultPlan {
+        refuse_locks: Some(std::io::ErrorKind::ReadOnlyFilesystem),
+        ..FaultPlan::default()
+    });
+    assert!(read_only().is_err());
+    assert!(fsck::check(&io, Path::new("data"), &|_, _| {}).is_err());
 }

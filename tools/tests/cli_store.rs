@@ -138,3 +138,60 @@ fn inspect_compact_and_retire() {
     assert_eq!(code(&orbitkv(&["retire", "--namespace", "zz"], &dir)), 2);
     assert_eq!(code(&orbitkv(&["fsck"], &dir)), 0);
 }
+
+/// `orbitkv ARGS --data-dir DIR` with DIR bind-mounted read-only over itself (as a file system
+/// remounted read-only after disk errors), in a user and mount namespace of its own; `None`
+/// where this machine gives none.
+fn on_read_only_mount(args: &str, dir: &Path) -> Option<Output> {
+    let probe = Command::new("unshare").args(["-rm", "true"]).output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPED: no user and mount namespaces (unshare -rm) for a read-only mount");
+        return None;
+    }
+    let script = format!(
+        "mount --bind \"$1\" \"$1\" && mount -o remount,ro,bind \"$1\" && exec \"$2\" {args} --data-dir \"$1\""
+    );
+    Some(
+        Command::new("unshare")
+            .args(["-rm", "sh", "-c", &script, "sh"])
+            .arg(dir)
+            .arg(env!("CARGO_BIN_EXE_orbitkv"))
+            .env_remove("ORBITKV_LOG")
+            .output()
+            .unwrap_or_else(|e| panic!("run unshare: {e}")),
+    )
+}
+
+#[test]
+fn fsck_and_inspect_read_a_store_on_a_read_only_file_system() {
+    let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let dir = root.path().join("store");
+    let w = orbitkv(
+        &[
+            "bench", "write", "--count", "12", "--seed", "3", "--size", "20KiB",
+        ],
+        &dir,
+    );
+    assert_eq!(code(&w), 0, "{}", String::from_utf8_lossy(&w.stderr));
+    // With the lock file a daemon leaves, and without one.
+    for lock_file in [true, false] {
+        if !lock_file {
+            std::fs::remove_file(dir.join("LOCK")).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let Some(f) = on_read_only_mount("fsck --json", &dir) else {
+            return;
+        };
+        assert_eq!(code(&f), 0, "{}", String::from_utf8_lossy(&f.stderr));
+        assert_eq!(json(&f)["before"]["clean"], true);
+        let Some(i) = on_read_only_mount("inspect --json", &dir) else {
+            return;
+        };
+        assert_eq!(code(&i), 0, "{}", String::from_utf8_lossy(&i.stderr));
+        assert_eq!(
+            json(&i)["indexed_records"],
+            12,
+            "{}",
+            String::from_utf8_lossy(&i.stdout)
+        );
+    }
+}

@@ -46,6 +46,9 @@ pub struct FaultPlan {
     /// the file, lost by a crash — until [`IoFile::complete_writes`] applies them (as `write_at`
     /// calls, so the other faults hit them there), oldest first.
     pub defer_writes: bool,
+    /// Locks fail with this kind, the lock file made by none (as a read-only file system
+    /// refuses it).
+    pub refuse_locks: Option<io::ErrorKind>,
 }
 
 /// What survives [`FaultIo::crash`] of the data written since the last sync.
@@ -525,6 +528,9 @@ impl Io for FaultIo {
 
     fn lock_exclusive(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
         let mut s = self.lock();
+        if let Some(kind) = s.plan.refuse_locks {
+            return Err(io::Error::new(kind, "lock refused by the fault plan"));
+        }
         if !s.locks.insert(path.to_owned()) {
             return Err(io::Error::new(io::ErrorKind::WouldBlock, "held"));
         }

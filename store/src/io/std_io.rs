@@ -71,12 +71,26 @@ impl Io for StdIo {
         File::open(path)?.sync_all()
     }
     fn lock_exclusive(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
-        let f = OpenOptions::new()
+        let made = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .open(path)?;
+            .open(path);
+        let f = match made {
+            Ok(f) => f,
+            // A read-only file system or lock file: flock needs no write access, so an existing
+            // lock file is locked read-only.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ReadOnlyFilesystem | io::ErrorKind::PermissionDenied
+                ) =>
+            {
+                File::open(path).map_err(|_| e)?
+            }
+            Err(e) => return Err(e),
+        };
         match f.try_lock() {
             Ok(()) => Ok(Box::new(f)),
             Err(fs::TryLockError::WouldBlock) => Err(io::Error::new(
