@@ -11,14 +11,12 @@ use std::sync::{Arc, Mutex};
 
 use common::slow_io::SlowSync;
 use common::staged_device::{
-    EPOCH, LAYERS, PAGE, SENTINEL, StandInDevice, key, put_records, record, spec,
+    EPOCH, LAYERS, PAGE, SENTINEL, StandInDevice, key, pin_all, put_records, record, spec,
 };
 use orbitkv_gpu_bridge::{AttachedPool, Bridge, FencedStates, HostPool};
-use orbitkv_manager::query::Located;
 use orbitkv_protocol::PageStatus;
 use orbitkv_protocol::message::LoadPage;
 use orbitkv_segments::FRAME_HEADER_LEN;
-use orbitkv_state::RankSpec;
 use orbitkv_store::{Durability, StateStore, StoreConfig};
 
 const RECORDS: u64 = 6;
@@ -71,22 +69,7 @@ fn load_with_reuses_mid_read(
             }
         })
     };
-    let pins: Vec<(Located, orbitkv_store::Pin)> = (0..RECORDS)
-        .map(|i| {
-            let l = Located {
-                group: 0,
-                rank: RankSpec::Rank(0),
-                block: i as u32,
-                key: key(i),
-            };
-            (
-                l,
-                store
-                    .pin(&key(i))
-                    .unwrap_or_else(|| panic!("record {i} pinned")),
-            )
-        })
-        .collect();
+    let pins = pin_all(store, RECORDS);
     let pages: Vec<LoadPage> = (0..RECORDS as u32)
         .map(|i| LoadPage {
             block: i,

@@ -12,15 +12,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use common::staged_device::{
-    EPOCH, LAYER_BYTES, LAYERS, PAGE, PAGES, SENTINEL, StandInDevice, key, put_records, record,
-    spec,
+    EPOCH, LAYER_BYTES, LAYERS, PAGE, PAGES, SENTINEL, StandInDevice, key, pin_all, put_records,
+    record, spec,
 };
 use orbitkv_gpu_bridge::{Bridge, FencedStates, HostPool};
-use orbitkv_manager::query::Located;
 use orbitkv_protocol::PageStatus;
 use orbitkv_protocol::message::LoadPage;
 use orbitkv_segments::FRAME_HEADER_LEN;
-use orbitkv_state::RankSpec;
 use orbitkv_store::io::fault::FaultIo;
 use orbitkv_store::{Durability, StateStore, StoreConfig};
 
@@ -37,17 +35,7 @@ fn staged_pages_come_straight_from_the_store_and_failures_touch_nothing() {
     let mut seg = io.read_file(&path).unwrap();
     seg[rec.offset as usize + FRAME_HEADER_LEN + PAGE - 9] ^= 0x01;
     assert!(io.write_file(&path, &seg));
-    let pins: Vec<(Located, orbitkv_store::Pin)> = (0..6u64)
-        .map(|i| {
-            let l = Located {
-                group: 0,
-                rank: RankSpec::Rank(0),
-                block: i as u32,
-                key: key(i),
-            };
-            (l, store.pin(&key(i)).unwrap())
-        })
-        .collect();
+    let pins = pin_all(&store, 6);
     assert!(store.unpin(pins[4].1));
 
     let engine = HostPool::create_states(spec()).unwrap();

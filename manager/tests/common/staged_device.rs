@@ -9,11 +9,12 @@ use orbitkv_gpu_bridge::staging::{Item, copies, plan};
 use orbitkv_gpu_bridge::{
     FencedStates, GroupGeometry, PageLease, PagePool, PageRef, PoolId, PoolSpec, StagedLoad,
 };
+use orbitkv_manager::query::Located;
 use orbitkv_segments::RecordMeta;
 use orbitkv_state::{
     CacheGroupId, Component, FormatDigest, HashDomain, Namespace, RankSpec, StateKey, TokenRange,
 };
-use orbitkv_store::StateStore;
+use orbitkv_store::{Pin, StateStore};
 
 pub const LAYERS: u32 = 4;
 pub const LAYER_BYTES: u64 = 64 << 10;
@@ -204,4 +205,22 @@ pub fn put_records(store: &StateStore, n: u64) {
             .put(&[(meta, p.as_slice())])
             .unwrap_or_else(|e| panic!("{e}"));
     }
+}
+
+/// Records `0..n` pinned, each located as block `i` of group 0, rank 0 (what a lease holds).
+pub fn pin_all(store: &StateStore, n: u64) -> Vec<(Located, Pin)> {
+    (0..n)
+        .map(|i| {
+            let l = Located {
+                group: 0,
+                rank: RankSpec::Rank(0),
+                block: i as u32,
+                key: key(i),
+            };
+            let pin = store
+                .pin(&key(i))
+                .unwrap_or_else(|| panic!("record {i} pinned"));
+            (l, pin)
+        })
+        .collect()
 }
