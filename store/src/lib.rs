@@ -193,6 +193,15 @@ impl StateStore {
         self.stats.snapshot()
     }
 
+    /// Records lost to failed writes or fsyncs since the store opened; it only grows. A caller
+    /// that reads it before its puts and finds it grown after its sync cannot count them
+    /// durable, whichever [`StateStore::sync`] reported the loss.
+    pub fn lost_records(&self) -> u64 {
+        self.stats
+            .lost_records
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// How full the tiers are.
     pub fn usage(&self) -> Usage {
         let w = self.writer();

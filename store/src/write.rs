@@ -696,9 +696,11 @@ impl StateStore {
         })
     }
 
-    /// The failure policy for a write or segment-lifecycle error on `log`: no space refuses puts
-    /// for [`NO_SPACE_RETRY`]; anything else seals `log`'s active segment off (the next put
-    /// starts a new one).
+    /// The failure policy for a write or segment-lifecycle error on `log`: `log`'s active
+    /// segment is sealed off, its records since the last good sync lost (the next put starts a
+    /// new segment); no space also refuses puts for [`NO_SPACE_RETRY`]. A full disk is sealed
+    /// off too: the failed write may be an earlier put's, still in flight, or part of this
+    /// put's frames may be in the file.
     pub(crate) fn refuse_on(&self, w: &mut Writer, e: Error, log: Log) -> Error {
         Stats::add(&self.stats.refused_puts, 1);
         let no_space = matches!(&e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull);
@@ -707,8 +709,8 @@ impl StateStore {
             w.no_space_at = Some(Instant::now());
         } else {
             tracing::error!("write failed: sealing the active segment off ({e})");
-            self.lose_unsynced(w, log);
         }
+        self.lose_unsynced(w, log);
         e
     }
 

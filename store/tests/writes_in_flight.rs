@@ -223,3 +223,53 @@ fn race(io: Arc<dyn Io>, alignment: orbitkv_segments::Alignment, data: &Path) {
         );
     }
 }
+
+#[test]
+fn a_full_disk_found_by_a_later_put_loses_the_unsynced_records_and_says_so() {
+    let io = FaultIo::new();
+    let store = open(&io, 256 << 20, Durability::Manual);
+    put_range(&store, 3, 0, 2, LEN);
+    store.sync().unwrap_or_else(|e| panic!("{e}"));
+    // The disk fills up under the writes in flight: the third one fails with ENOSPC when it
+    // completes, which a later put finds while making room for its own.
+    io.set_plan(FaultPlan {
+        defer_writes: true,
+        space_bytes: Some(2 * LEN as u64 + (LEN as u64) / 2),
+        ..FaultPlan::default()
+    });
+    let mut accepted = Vec::new();
+    let mut refused = 0;
+    for i in 2..12 {
+        let p = payload(3, i, LEN);
+        match store.put(&[(meta(i), p.as_slice())]) {
+            Ok(_) => accepted.push(i),
+            Err(_) => refused += 1,
+        }
+    }
+    assert!(refused > 0, "no put found the full disk");
+    // Accepted puts the failed write held are lost: the sync must not call them durable.
+    let synced = store.sync();
+    assert!(synced.is_err(), "a sync after a lost write succeeded");
+    for i in 0..12 {
+        assert_ne!(check(&store, 3, i, LEN), Some(false), "record {i} differs");
+    }
+    // Space comes back: what a sync then confirms survives a power loss.
+    io.set_plan(FaultPlan::default());
+    std::thread::sleep(orbitkv_store::NO_SPACE_RETRY);
+    put_range(&store, 3, 12, 14, LEN);
+    store.sync().unwrap_or_else(|e| panic!("{e}"));
+    let served: Vec<u64> = (0..14)
+        .filter(|&i| check(&store, 3, i, LEN) == Some(true))
+        .collect();
+    io.crash(Crash::DropUnsynced);
+    drop(store);
+    let store = open(&io, 256 << 20, Durability::Manual);
+    for i in served {
+        assert_eq!(
+            check(&store, 3, i, LEN),
+            Some(true),
+            "record {i}, served after a good sync, is gone after a power loss"
+        );
+    }
+    assert_eq!(store.stats().checksum_failures, 0);
+}

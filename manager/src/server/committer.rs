@@ -132,8 +132,8 @@ impl Committer {
     /// the encoder finished meanwhile share the next sync.
     pub(crate) fn run(&self, shared: &Shared, from_encoder: &Receiver<Handoff>) {
         // The batch being appended, and the batches appended whole since the last sync.
-        let mut current: Option<(Vec<Job>, Vec<Stored>)> = None;
-        let mut appended: Vec<(Vec<Job>, Vec<Stored>)> = Vec::new();
+        let mut current: Option<Batch> = None;
+        let mut appended: Vec<Batch> = Vec::new();
         let mut bytes = 0usize;
         loop {
             let h = match from_encoder.try_recv() {
@@ -153,9 +153,15 @@ impl Committer {
                 return;
             }
             match h {
-                Handoff::Begin(jobs, stored) => current = Some((jobs, stored)),
+                Handoff::Begin(jobs, stored) => {
+                    current = Some(Batch {
+                        jobs,
+                        stored,
+                        lost_before: shared.store.lost_records(),
+                    });
+                }
                 Handoff::Bundle(b) => {
-                    if let Some((_, stored)) = &mut current {
+                    if let Some(Batch { stored, .. }) = &mut current {
                         bytes += b.bytes();
                         store_bundle(&shared.store, b, stored);
                     }
@@ -195,20 +201,32 @@ pub(crate) enum Handoff {
 /// waiting (each at most [`crate::transfer::COMMIT_BUNDLE_BYTES`] of payload).
 pub(crate) const BUNDLES_AHEAD: usize = 8;
 
+/// A batch of Publishes the committer appends: their statuses, and the store's count of lost
+/// records before the first of their records was put.
+pub(crate) struct Batch {
+    jobs: Vec<Job>,
+    stored: Vec<Stored>,
+    lost_before: u64,
+}
+
 /// Makes the records of `batches` (appended whole) durable with one sync and answers each
-/// Publish.
-fn commit(shared: &Shared, batches: Vec<(Vec<Job>, Vec<Stored>)>) {
-    let (jobs, mut stored): (Vec<Job>, Vec<Stored>) = batches
-        .into_iter()
-        .flat_map(|(j, s)| j.into_iter().zip(s))
-        .unzip();
+/// Publish. A Publish whose records waited for the sync is not durable if the sync failed, or
+/// if the store lost records since its batch began: a failed write or sync drops every record
+/// not yet synced, and another caller's sync (the next batch's, a client's Sync) may be the one
+/// that reported it.
+fn commit(shared: &Shared, batches: Vec<Batch>) {
     // A store that syncs every put has made them durable already; else one sync for all.
-    if stored.iter().any(|s| !s.durable)
-        && let Err(e) = shared.store.sync()
-    {
-        for s in &mut stored {
-            s.sync_failed(&e);
+    let waiting = batches.iter().any(|b| b.stored.iter().any(|s| !s.durable));
+    let synced = if waiting { shared.store.sync() } else { Ok(()) };
+    let lost_now = shared.store.lost_records();
+    let mut jobs = Vec::new();
+    let mut stored = Vec::new();
+    for b in batches {
+        for mut s in b.stored {
+            durable_after(&mut s, &synced, b.lost_before, lost_now);
+            stored.push(s);
         }
+        jobs.extend(b.jobs);
     }
     for (job, mut s) in jobs.into_iter().zip(stored) {
         shared.metrics.pages(&s.statuses, false);
@@ -237,8 +255,71 @@ fn commit(shared: &Shared, batches: Vec<(Vec<Job>, Vec<Stored>)>) {
     shared.metrics.commits.fetch_add(1, Ordering::Relaxed);
 }
 
+/// What a Publish's statuses become after the commit's sync (`synced`): records that waited for
+/// it are not stored if it failed, or if the store lost records between the batch's start
+/// (`lost_before`) and now (`lost_now`).
+fn durable_after(
+    s: &mut Stored,
+    synced: &orbitkv_store::Result<()>,
+    lost_before: u64,
+    lost_now: u64,
+) {
+    if s.durable {
+        return;
+    }
+    if let Err(e) = synced {
+        s.sync_failed(e);
+    } else if lost_now > lost_before {
+        s.sync_failed(&orbitkv_store::Error::Lost {
+            records: lost_now - lost_before,
+        });
+    }
+}
+
 /// Gives a Publish's memory and copy buffers back to its connection.
 fn release(job: Job) {
     job.conn.memory.release(job.reserved);
     job.conn.give_back(job.copied.into_buffers());
+}
+
+#[cfg(test)]
+mod tests {
+    use orbitkv_protocol::PageStatus::{self, Refused, RetryLater};
+
+    use super::*;
+
+    fn waiting(statuses: &[PageStatus]) -> Stored {
+        Stored {
+            statuses: statuses.to_vec(),
+            durable: false,
+            retry_after: std::time::Duration::ZERO,
+            buffers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn records_lost_since_the_batch_began_are_not_durable_after_a_good_sync() {
+        // Another sync reported the loss: this one succeeds, yet the batch's records may be gone.
+        let mut s = waiting(&[PageStatus::Ok, Refused, PageStatus::Ok]);
+        durable_after(&mut s, &Ok(()), 10, 12);
+        assert_eq!(s.statuses, [RetryLater, Refused, RetryLater]);
+        // No loss since the batch began: stored.
+        let mut s = waiting(&[PageStatus::Ok, PageStatus::Ok]);
+        durable_after(&mut s, &Ok(()), 12, 12);
+        assert_eq!(s.statuses, [PageStatus::Ok, PageStatus::Ok]);
+        // A failed sync fails what waited for it.
+        let mut s = waiting(&[PageStatus::Ok]);
+        durable_after(
+            &mut s,
+            &Err(orbitkv_store::Error::Lost { records: 1 }),
+            12,
+            12,
+        );
+        assert_eq!(s.statuses, [RetryLater]);
+        // Records durable at their put are not touched by a later loss.
+        let mut s = waiting(&[PageStatus::Ok]);
+        s.durable = true;
+        durable_after(&mut s, &Ok(()), 0, 5);
+        assert_eq!(s.statuses, [PageStatus::Ok]);
+    }
 }
