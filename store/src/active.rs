@@ -793,18 +793,37 @@ pub(crate) fn read_sealed(
 pub(crate) fn read_entry_payload(
     file: &SegmentFile,
     e: &IndexEntry,
-) -> std::result::Result<Vec<u8>, String> {
+) -> std::result::Result<Vec<u8>, EntryError> {
     let mut frame = vec![0u8; FRAME_HEADER_LEN + e.stored_len as usize];
     file.file
         .read_exact_at(&mut frame, e.offset)
-        .map_err(|e| e.to_string())?;
-    let h = FrameHeader::decode(&frame, e.offset).map_err(|e| e.to_string())?;
+        .map_err(EntryError::Io)?;
+    let h = FrameHeader::decode(&frame, e.offset).map_err(|e| EntryError::Bad(e.to_string()))?;
     if h.body != e.body || h.record_sequence != e.record_sequence {
-        return Err("frame differs from its footer entry".to_owned());
+        return Err(EntryError::Bad(
+            "frame differs from its footer entry".to_owned(),
+        ));
     }
     h.payload(&frame[FRAME_HEADER_LEN..], e.offset)
         .map(|p| p.into_owned())
-        .map_err(|e| e.to_string())
+        .map_err(|e| EntryError::Bad(e.to_string()))
+}
+
+/// Why a footer entry's payload could not be had: the read failed (the bytes may be sound), or
+/// the bytes read are not the record the entry names.
+#[derive(Debug)]
+pub(crate) enum EntryError {
+    Io(std::io::Error),
+    Bad(String),
+}
+
+impl std::fmt::Display for EntryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EntryError::Io(e) => write!(f, "read failed: {e}"),
+            EntryError::Bad(why) => f.write_str(why),
+        }
+    }
 }
 
 /// A bundle's frames, encoded by the putting thread before it takes the writer's lock (the

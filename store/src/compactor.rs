@@ -15,7 +15,7 @@ use orbitkv_segments::{FrameBody, SegmentHeader};
 use orbitkv_state::StateKey;
 use orbitkv_wal::{ManifestRecord, SegmentSealed, SegmentState};
 
-use crate::active::{Active, SegmentFile, read_entry_payload, read_sealed};
+use crate::active::{Active, EntryError, SegmentFile, read_entry_payload, read_sealed};
 use crate::error::{Error, Result};
 use crate::forward::{Copied, Target};
 use crate::io::OpenMode;
@@ -318,7 +318,16 @@ impl StateStore {
                 let payload = read_entry_payload(&file, e);
                 let payload = match payload {
                     Ok(p) => p,
-                    Err(why) => {
+                    // The bytes may be sound (a transient error): the compaction stops, its
+                    // inputs kept, rather than drop a live record.
+                    Err(EntryError::Io(source)) => {
+                        return Err(Error::Io {
+                            path: file.path.clone(),
+                            op: "read",
+                            source,
+                        });
+                    }
+                    Err(EntryError::Bad(why)) => {
                         tracing::warn!(
                             segment = id,
                             offset = e.offset,

@@ -401,7 +401,15 @@ impl StateStore {
             let keep = (self.config.policy.reinserts() && read)
                 || self.superseded.elsewhere(&meta.key, id);
             let payload = if keep {
-                read_entry_payload(&file, e).ok()
+                read_entry_payload(&file, e)
+                    .inspect_err(|why| {
+                        tracing::warn!(
+                            segment = id,
+                            offset = e.offset,
+                            "a record to keep is dropped with its segment: {why}"
+                        );
+                    })
+                    .ok()
             } else {
                 None
             };

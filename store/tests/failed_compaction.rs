@@ -1,6 +1,7 @@
 //! A compaction that fails before its commit leaves nothing behind: the output segments it had
 //! created or sealed are deleted in the manifest and on disk. Left listed, a restart would index
-//! their copies, bringing back records the store had reclaimed or retired meanwhile.
+//! their copies, bringing back records the store had reclaimed or retired meanwhile. A read
+//! that fails under a compaction stops it: the live record is kept, not dropped as damaged.
 
 #![expect(
     clippy::unwrap_used,
@@ -81,4 +82,49 @@ fn a_compaction_failing_at_any_sync_leaves_no_output_listed() {
         }
     }
     assert!(failures >= 3, "{failures} compactions failed");
+}
+
+#[test]
+fn a_read_failing_under_a_compaction_keeps_the_live_record() {
+    let io = FaultIo::new();
+    let s = open(&io, SEG, Durability::EveryPut);
+    for i in 0..40 {
+        put_version(&s, i, 0);
+    }
+    for i in (0..40).step_by(2) {
+        put_version(&s, i, 1);
+    }
+    drop(s);
+    let s = reopen(&io);
+    // A live record of the first segment (odd keys were put once) sits on a sector that
+    // fails to read for a while.
+    let rec = s.index().get(&key(1)).unwrap();
+    let segment = format!("{:08x}.seg", rec.segment);
+    io.set_plan(FaultPlan {
+        fail_read_at: Some((segment, rec.offset + 100)),
+        ..Default::default()
+    });
+    let r = s.compact_below(0.9);
+    assert!(
+        r.is_err(),
+        "the compaction went on past a failed read: {r:?}"
+    );
+    io.set_plan(FaultPlan::default());
+    // The sector reads again: every record is served, now and after a restart.
+    for i in 0..40u64 {
+        let v = u64::from(i.is_multiple_of(2));
+        assert_eq!(check(&s, 100 + v, i, 3000), Some(true), "record {i}");
+    }
+    let report = s.compact_below(0.9).unwrap();
+    assert_eq!(report.dropped_bad, 0);
+    drop(s);
+    let s = reopen(&io);
+    for i in 0..40u64 {
+        let v = u64::from(i.is_multiple_of(2));
+        assert_eq!(
+            check(&s, 100 + v, i, 3000),
+            Some(true),
+            "record {i} after a restart"
+        );
+    }
 }

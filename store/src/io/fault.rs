@@ -35,6 +35,9 @@ pub struct FaultPlan {
     pub space_bytes: Option<u64>,
     /// Reads of files whose path contains this fail with EIO.
     pub fail_reads_of: Option<String>,
+    /// Reads covering this byte of files whose path contains this fail with EIO (a bad
+    /// sector).
+    pub fail_read_at: Option<(String, u64)>,
     /// Opens of files whose path contains this fail (as EMFILE would).
     pub fail_opens_of: Option<String>,
     /// The N-th directory sync fails with EIO (the entries stay volatile).
@@ -307,6 +310,12 @@ impl IoFile for FaultFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let mut s = self.state()?;
         if State::matches(s.plan.fail_reads_of.as_ref(), &self.path) {
+            return Err(eio("read"));
+        }
+        if let Some((of, at)) = &s.plan.fail_read_at
+            && self.path.to_string_lossy().contains(of.as_str())
+            && (offset..offset + buf.len() as u64).contains(at)
+        {
             return Err(eio("read"));
         }
         let c = s
