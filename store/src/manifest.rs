@@ -182,33 +182,67 @@ impl Manifest {
     }
 
     /// Rewrites the manifest as one checkpoint record with `sequence`: a temporary file, fsync,
-    /// rename, directory fsync. Once the rename has happened the new file is adopted whatever
-    /// follows (appending to the replaced file would lose records); an error after that point
-    /// means the rename may not be durable, and the caller must stop writing.
-    pub(crate) fn checkpoint(&mut self, io: &dyn Io, sequence: u64) -> Result<()> {
+    /// rename, directory fsync. Before the rename a failure leaves the manifest as it was (the
+    /// temporary file removed, as far as it can be). Once the rename has happened the new file is
+    /// adopted whatever follows (appending to the replaced file would lose records); an error
+    /// after that point means the rename may not be durable, and the caller must stop writing.
+    pub(crate) fn checkpoint(
+        &mut self,
+        io: &dyn Io,
+        sequence: u64,
+    ) -> std::result::Result<(), CheckpointFailure> {
+        let unchanged = |error: Error| CheckpointFailure {
+            error,
+            replaced: false,
+        };
         let mut state = ManifestState::default();
         let rec = self.state.checkpoint();
-        state.apply(sequence, &rec, 0)?;
+        state
+            .apply(sequence, &rec, 0)
+            .map_err(|e| unchanged(e.into()))?;
         let mut buf = Vec::new();
-        encode_record(sequence, &rec, &mut buf)?;
+        encode_record(sequence, &rec, &mut buf).map_err(|e| unchanged(e.into()))?;
         let tmp = self.path.with_extension("tmp");
-        if io.exists(&tmp) {
-            io.remove_file(&tmp).map_err(io_err(&tmp, "remove"))?;
-        }
-        let f = io
-            .open(&tmp, OpenMode::CreateNew)
-            .map_err(io_err(&tmp, "create"))?;
-        f.write_all_at(&buf, 0).map_err(io_err(&tmp, "write"))?;
-        f.sync().map_err(io_err(&tmp, "fsync"))?;
-        io.rename(&tmp, &self.path)
-            .map_err(io_err(&self.path, "rename"))?;
+        let written = (|| -> Result<Arc<dyn IoFile>> {
+            if io.exists(&tmp) {
+                io.remove_file(&tmp).map_err(io_err(&tmp, "remove"))?;
+            }
+            let f = io
+                .open(&tmp, OpenMode::CreateNew)
+                .map_err(io_err(&tmp, "create"))?;
+            f.write_all_at(&buf, 0).map_err(io_err(&tmp, "write"))?;
+            f.sync().map_err(io_err(&tmp, "fsync"))?;
+            io.rename(&tmp, &self.path)
+                .map_err(io_err(&self.path, "rename"))?;
+            Ok(f)
+        })();
+        let f = match written {
+            Ok(f) => f,
+            Err(error) => {
+                // A rename either happened or did not: `manifest.log` is still the old file.
+                let _ = io.remove_file(&tmp);
+                return Err(unchanged(error));
+            }
+        };
         // Renamed: from here on only the new file is `manifest.log`.
         self.file = f;
         self.len = buf.len() as u64;
         self.since_checkpoint = 1;
         self.state = state;
         let dir = self.path.parent().unwrap_or(std::path::Path::new("."));
-        io.sync_dir(dir).map_err(io_err(dir, "fsync directory"))?;
-        Ok(())
+        io.sync_dir(dir)
+            .map_err(io_err(dir, "fsync directory"))
+            .map_err(|error| CheckpointFailure {
+                error,
+                replaced: true,
+            })
     }
+}
+
+/// A failed [`Manifest::checkpoint`]: the error, and whether the manifest file had been replaced
+/// by then (its directory entry then may not be durable).
+#[derive(Debug)]
+pub(crate) struct CheckpointFailure {
+    pub(crate) error: Error,
+    pub(crate) replaced: bool,
 }

@@ -181,12 +181,19 @@ impl StateStore {
         }))?;
         if w.manifest.wants_checkpoint(self.config.checkpoint_every) {
             let seq = w.take_sequence();
-            if let Err(e) = w.manifest.checkpoint(self.io.as_ref(), seq) {
-                tracing::error!("manifest checkpoint failed, refusing writes: {e}");
-                w.refuse = Some(WriteRefusal::CheckpointFailed {
-                    detail: e.to_string(),
-                });
-                return Err(e);
+            match w.manifest.checkpoint(self.io.as_ref(), seq) {
+                Ok(()) => {}
+                // The manifest is as it was: appends go on, and a later seal tries again.
+                Err(f) if !f.replaced => {
+                    tracing::warn!("manifest checkpoint failed, tried again later: {}", f.error);
+                }
+                Err(f) => {
+                    tracing::error!("manifest checkpoint failed, refusing writes: {}", f.error);
+                    w.refuse = Some(WriteRefusal::CheckpointFailed {
+                        detail: f.error.to_string(),
+                    });
+                    return Err(f.error);
+                }
             }
         }
         tracing::debug!(phase = "seal", step = "end", segment = id);

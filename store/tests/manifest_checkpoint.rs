@@ -1,5 +1,7 @@
 //! The manifest is rewritten as one checkpoint when it grows long; the store reopens from it with
-//! every record intact (crashes inside a checkpoint are swept by `crash_points.rs`).
+//! every record intact (crashes inside a checkpoint are swept by `crash_points.rs`). A checkpoint
+//! that fails before it replaces the manifest (a full disk) refuses nothing: a later seal tries
+//! again.
 
 mod common;
 
@@ -7,7 +9,7 @@ use std::sync::Arc;
 
 use common::*;
 use orbitkv_store::io::Io;
-use orbitkv_store::io::fault::{Crash, FaultIo};
+use orbitkv_store::io::fault::{Crash, FaultIo, FaultPlan};
 use orbitkv_store::{Durability, StateStore};
 
 #[test]
@@ -41,4 +43,46 @@ fn checkpoints_keep_the_manifest_short_and_complete() {
         assert_eq!(check(&store, 6, i, 3000), Some(true), "record {i}");
     }
     assert!(store.recovery_report().quarantined.is_empty());
+}
+
+#[test]
+fn a_checkpoint_failing_before_its_rename_is_tried_again() {
+    let io = FaultIo::new();
+    let mk = |io: &FaultIo| {
+        let mut c = config(8 << 10, Durability::EveryPut);
+        c.checkpoint_every = 8;
+        let store = StateStore::open(Arc::new(io.clone()) as Arc<dyn Io>, c).unwrap();
+        store.register_namespace(NS, info()).unwrap();
+        store
+    };
+    let store = mk(&io);
+    // The checkpoint's temporary file cannot be made (as on a full disk).
+    io.set_plan(FaultPlan {
+        fail_opens_of: Some("manifest.tmp".to_owned()),
+        ..FaultPlan::default()
+    });
+    for i in 0..60 {
+        let p = payload(8, i, 3000);
+        store
+            .put(&[(meta(i), p.as_slice())])
+            .unwrap_or_else(|e| panic!("put {i} refused after a failed checkpoint: {e}"));
+    }
+    let long = store.manifest_len();
+    assert!(
+        !io.exists(std::path::Path::new("data/manifest.tmp")),
+        "the temporary file is left"
+    );
+    // The fault ends: the next seals checkpoint the manifest short again.
+    io.set_plan(FaultPlan::default());
+    put_range(&store, 8, 60, 80, 3000);
+    assert!(
+        store.manifest_len() < long,
+        "no checkpoint after the fault ended"
+    );
+    drop(store);
+    io.crash(Crash::DropUnsynced);
+    let store = mk(&io);
+    for i in 0..80 {
+        assert_eq!(check(&store, 8, i, 3000), Some(true), "record {i}");
+    }
 }
