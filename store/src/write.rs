@@ -8,6 +8,7 @@
 //! No space refuses puts for [`NO_SPACE_RETRY`] and keeps reads served.
 //! This file is over 500 lines: the put path and its failure policy are reviewed together.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -88,13 +89,38 @@ impl StateStore {
         };
         w.append_manifest(ManifestRecord::SegmentCreated(created))?;
         let path = self.layout.segment(id);
+        let made = self.make_segment(w, id, seq, created.compression, &path);
+        if made.is_err() {
+            // Listed but never started: delisted and removed, so a put retried on a full disk
+            // leaves no empty segment behind each time (the next open removes what is left).
+            if let Err(e) = w.append_manifest(ManifestRecord::SegmentDeleted { segment_id: id }) {
+                tracing::warn!(segment = id, "a segment not started stays listed: {e}");
+            } else if self.io.exists(&path)
+                && let Err(e) = self.io.remove_file(&path)
+            {
+                tracing::warn!(segment = id, "a segment not started stays on disk: {e}");
+            }
+        }
+        made
+    }
+
+    /// Makes segment `id`'s file (over the spare when there is one), writes its header and syncs.
+    fn make_segment(
+        &self,
+        w: &mut Writer,
+        id: u64,
+        seq: u64,
+        compression: bool,
+        path: &Path,
+    ) -> Result<Active> {
+        let path = path.to_path_buf();
         let header = SegmentHeader {
             segment_id: id,
             sequence: seq,
             created_unix_ms: now_ms(),
             directory_id: self.directory_id,
             alignment: self.config.alignment,
-            compression: created.compression,
+            compression,
         };
         let mut active = if let Some((file, size)) = self.take_spare(w, &header, &path) {
             let reserved = if file.preallocate(self.config.segment_bytes).is_ok() {

@@ -2,7 +2,8 @@
 //! of a checkpoint stops writes instead of losing records; a failed sync while sealing, or of a
 //! newer version, keeps the policy (the unsynced are lost, the older durable version returns); a
 //! read error on the active segment moves writes to a new segment; a bad bundle writes nothing;
-//! segment ids are never reused; a full disk at open still serves reads.
+//! segment ids are never reused; a full disk at open still serves reads; a segment that cannot
+//! be started is neither listed nor left on disk.
 
 mod common;
 
@@ -209,4 +210,43 @@ fn a_full_disk_at_open_still_serves_reads() {
         s.put(&[(meta(9), p.as_slice())]),
         Err(Error::WritesRefused { .. })
     ));
+}
+
+#[test]
+fn a_segment_that_cannot_be_started_is_not_left_behind() {
+    let io = FaultIo::new();
+    let s = open(&io, 1 << 20, Durability::EveryPut);
+    put_range(&s, 9, 0, 2, 1000);
+    drop(s);
+    // Reopened: its first put starts a segment, and every try fails to make the file.
+    let s = open(&io, 1 << 20, Durability::EveryPut);
+    let listed = |s: &StateStore| -> Vec<u64> {
+        s.segment_stats().unwrap().iter().map(|st| st.id).collect()
+    };
+    let before = listed(&s);
+    let manifest = s.manifest_len();
+    for i in 2..12 {
+        // The segment's creation is listed (write 1), its header write fails (write 2).
+        io.set_plan(FaultPlan {
+            fail_write: Some(2),
+            ..Default::default()
+        });
+        let p = payload(9, i, 1000);
+        assert!(s.put(&[(meta(i), p.as_slice())]).is_err(), "put {i}");
+    }
+    io.set_plan(FaultPlan::default());
+    assert_eq!(listed(&s), before, "segments not started stay listed");
+    let files = io.list_dir(std::path::Path::new("data/segments")).unwrap();
+    assert_eq!(files.len(), before.len(), "{files:?}");
+    drop(s);
+    // A restart finds nothing to clean up: the manifest names no segment without its file.
+    let s = open(&io, 1 << 20, Durability::EveryPut);
+    assert!(s.manifest_len() > manifest);
+    assert_eq!(listed(&s), before);
+    put_range(&s, 9, 12, 14, 1000);
+    drop(s);
+    let s = open(&io, 1 << 20, Durability::EveryPut);
+    for i in (0..2).chain(12..14) {
+        assert_eq!(check(&s, 9, i, 1000), Some(true), "record {i}");
+    }
 }
