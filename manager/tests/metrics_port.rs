@@ -186,6 +186,7 @@ fn usage() -> Usage {
         dram_entries: 1,
         pins: 3,
         records: 9,
+        writes_refused: false,
     }
 }
 

@@ -111,6 +111,9 @@ pub struct Usage {
     pub pins: usize,
     /// Records indexed.
     pub records: usize,
+    /// Puts are refused now: for good until a restart (read-only, a failed checkpoint, the log
+    /// says why), or for [`NO_SPACE_RETRY`] after a full disk.
+    pub writes_refused: bool,
 }
 
 struct Writer {
@@ -214,6 +217,10 @@ impl StateStore {
             dram_entries: self.dram.len(),
             pins: self.pins.len(),
             records: self.index.len(),
+            writes_refused: w.refuse.is_some()
+                || w.manifest.is_uncertain()
+                || w.no_space_at
+                    .is_some_and(|at| at.elapsed() < NO_SPACE_RETRY),
         }
     }
 

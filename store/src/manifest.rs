@@ -170,6 +170,11 @@ impl Manifest {
         Ok(())
     }
 
+    /// True when a failed append could not be rolled back (appends are refused).
+    pub(crate) fn is_uncertain(&self) -> bool {
+        self.uncertain.is_some()
+    }
+
     /// True when the log has grown past `every` records since its last checkpoint, or past a
     /// quarter of [`MAX_MANIFEST_BYTES`].
     pub(crate) fn wants_checkpoint(&self, every: u64) -> bool {

@@ -476,6 +476,16 @@ impl Metrics {
             store.refused_puts,
         );
         x.counter(
+            "orbitkv_store_capacity_refusals_total",
+            "Puts refused because the SSD budget could not be freed (everything left pinned).",
+            store.capacity_refusals,
+        );
+        x.counter(
+            "orbitkv_store_read_errors_total",
+            "Reads that failed with an I/O error (each a miss; the segment is quarantined).",
+            store.read_errors,
+        );
+        x.counter(
             "orbitkv_store_lost_records_total",
             "Accepted records lost to a failed write or fsync before they were durable.",
             store.lost_records,
@@ -552,6 +562,12 @@ impl Metrics {
             "Bytes of the DRAM tier in use.",
             now.usage.dram_used,
         );
+        x.gauge(
+            "orbitkv_store_writes_refused",
+            "1 while the store refuses puts: for good until a restart (the log says why), or for \
+             a second after the disk reported no space.",
+            u64::from(now.usage.writes_refused),
+        );
         x.encode()
     }
 }
@@ -567,7 +583,7 @@ mod tests {
 
     /// Every family's `# TYPE` line, in the order of the hand-written exposition this
     /// crate's encoding replaced; a new metric adds its line here.
-    const TYPES: [&str; 40] = [
+    const TYPES: [&str; 43] = [
         "orbitkv_connections_total counter",
         "orbitkv_refused_peers_total counter",
         "orbitkv_refused_connections_total counter",
@@ -595,6 +611,8 @@ mod tests {
         "orbitkv_store_repaired_tails_total counter",
         "orbitkv_store_checksum_failures_total counter",
         "orbitkv_store_refused_puts_total counter",
+        "orbitkv_store_capacity_refusals_total counter",
+        "orbitkv_store_read_errors_total counter",
         "orbitkv_store_lost_records_total counter",
         "orbitkv_store_failed_deletes_total counter",
         "orbitkv_store_failed_dir_syncs_total counter",
@@ -608,6 +626,7 @@ mod tests {
         "orbitkv_store_ssd_bytes gauge",
         "orbitkv_store_ssd_budget_bytes gauge",
         "orbitkv_store_dram_bytes gauge",
+        "orbitkv_store_writes_refused gauge",
     ];
 
     fn render(m: &Metrics) -> String {
@@ -623,6 +642,7 @@ mod tests {
                 dram_entries: 1,
                 pins: 3,
                 records: 4,
+                writes_refused: true,
             },
         };
         let store = StatsSnapshot {
@@ -712,6 +732,7 @@ mod tests {
             "orbitkv_store_pins 3\n",
             "orbitkv_store_records 4\n",
             "orbitkv_store_ssd_budget_bytes 0\n",
+            "orbitkv_store_writes_refused 1\n",
             "orbitkv_store_puts_total 5\n",
             "orbitkv_misses_total{reason=\"nothing_beyond_origin\"} 1\n",
             "orbitkv_request_seconds_bucket{kind=\"release\",le=\"2.5e-05\"} 0\n",
