@@ -8,7 +8,7 @@
 //! arrived while nobody waits, so the daemon never finds the connection unread (it
 //! disconnects a peer whose replies stay queued). The reading side is `inbox.rs`.
 
-use std::io::Write;
+use std::io::{ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -85,7 +85,9 @@ struct Sender {
 /// `Connection(socket=None)` finds the daemon as every adapter does: `socket` when given, else
 /// `ORBITKV_SOCKET`, else `./orbitkv-data/orbitkv.sock` where it exists, else
 /// `/run/orbitkv/orbitkv.sock`; `DaemonNotFound` lists the paths tried. A daemon that does not
-/// answer the handshake within `handshake_timeout` seconds is `ConnectionLost`.
+/// answer the handshake within `handshake_timeout` seconds is `ConnectionLost`. A request the
+/// daemon takes no byte of within `send_timeout` seconds (a daemon stopped with its socket
+/// open) ends the connection: that submit, and every later one, is `ConnectionLost`.
 ///
 /// Every submitted request's replies must be taken (`wait`, `poll`) or dropped (`forget`):
 /// the connection keeps them until then.
@@ -96,6 +98,8 @@ pub struct Connection {
     socket: PathBuf,
     server: String,
     drainer: Mutex<Option<JoinHandle<()>>>,
+    /// How long a write may take no byte before the connection is lost, in seconds.
+    send_timeout: f64,
 }
 
 fn token(py: Python<'_>, t: &[u8]) -> PyResult<Token> {
@@ -133,9 +137,21 @@ impl Connection {
             Ok(id)
         });
         sent.map_err(|e| match e {
-            Unsent::Io(e) => lost(py, format!("sending to {}: {e}", self.socket.display())),
+            Unsent::Io(e) => lost(py, self.sending(&e)),
             Unsent::Bad(e) => invalid(py, format!("request: {e}")),
         })
+    }
+
+    /// Why a send failed: a write that took no byte within the send timeout says so.
+    fn sending(&self, e: &std::io::Error) -> String {
+        let socket = self.socket.display();
+        match e.kind() {
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => format!(
+                "sending to {socket}: the daemon took no byte within {} s (send_timeout)",
+                self.send_timeout
+            ),
+            _ => format!("sending to {socket}: {e}"),
+        }
     }
 
     /// Sends `m` with descriptors beside it. The GIL is held throughout, so that Python code
@@ -165,10 +181,7 @@ impl Connection {
             Some(Err(e)) => {
                 // A message cut short leaves part of a frame on the wire.
                 self.shared.end(Ended::Lost(format!("sending: {e}")));
-                Err(lost(
-                    py,
-                    format!("sending to {}: {e}", self.socket.display()),
-                ))
+                Err(lost(py, self.sending(&e)))
             }
             Some(Ok(())) => {
                 s.next += 1;
@@ -231,6 +244,14 @@ fn unexpected(py: Python<'_>, m: &Message, wanted: &str) -> PyErr {
     )
 }
 
+/// A socket timeout of `t` seconds (finite, above 0): one too large for a Duration is none, and
+/// one below the socket's microsecond is a microsecond (zero would mean none).
+fn seconds(t: f64) -> Option<Duration> {
+    Duration::try_from_secs_f64(t)
+        .ok()
+        .map(|d| d.max(Duration::from_micros(1)))
+}
+
 fn query_request(
     py: Python<'_>,
     tok: &[u8],
@@ -254,13 +275,23 @@ fn query_request(
 #[pymethods]
 impl Connection {
     #[new]
-    #[pyo3(signature = (socket = None, *, client = "orbitkv-python", handshake_timeout = 10.0))]
+    #[pyo3(signature = (socket = None, *, client = "orbitkv-python", handshake_timeout = 10.0,
+        send_timeout = 10.0))]
     fn new(
         py: Python<'_>,
         socket: Option<PathBuf>,
         client: &str,
         handshake_timeout: f64,
+        send_timeout: f64,
     ) -> PyResult<Self> {
+        for (name, t) in [
+            ("handshake_timeout", handshake_timeout),
+            ("send_timeout", send_timeout),
+        ] {
+            if !t.is_finite() || t <= 0.0 {
+                return Err(invalid(py, format!("{name} {t}: seconds, above 0")));
+            }
+        }
         let (mut stream, path) =
             py.detach(|| discover::connect(socket.as_deref()))
                 .map_err(|e| {
@@ -282,14 +313,7 @@ impl Connection {
         .map_err(|e| invalid(py, format!("client name: {e}")))?;
         // Something else listening there, or a daemon that never answers, ends the handshake
         // after `handshake_timeout` rather than hanging the engine's start-up.
-        if !handshake_timeout.is_finite() || handshake_timeout <= 0.0 {
-            return Err(invalid(
-                py,
-                format!("handshake_timeout {handshake_timeout}: seconds, above 0"),
-            ));
-        }
-        // A timeout too large for a Duration is no timeout.
-        let limit = Duration::try_from_secs_f64(handshake_timeout).ok();
+        let limit = seconds(handshake_timeout);
         let welcome = py.detach(|| -> Result<Message, String> {
             stream.set_read_timeout(limit).map_err(|e| e.to_string())?;
             stream.write_all(&hello).map_err(|e| e.to_string())?;
@@ -306,6 +330,12 @@ impl Connection {
             Ok(other) => return Err(unexpected(py, &other, "Welcome")),
             Err(e) => return Err(lost(py, format!("{}: {e}", path.display()))),
         };
+        // A daemon that stops reading (stopped with its socket open) fills the socket's buffer:
+        // a write that takes no byte within `send_timeout` then fails instead of blocking every
+        // thread that submits. SO_SNDTIMEO covers the descriptor-passing sends too.
+        stream
+            .set_write_timeout(seconds(send_timeout))
+            .map_err(|e| lost(py, format!("{}: {e}", path.display())))?;
         let read_half = stream
             .try_clone()
             .map_err(|e| lost(py, format!("{}: {e}", path.display())))?;
@@ -326,6 +356,7 @@ impl Connection {
             socket: path,
             server,
             drainer: Mutex::new(Some(drainer)),
+            send_timeout,
         })
     }
 
@@ -495,8 +526,17 @@ impl Connection {
         }
     }
 
-    /// Registers `pool` (a host pool in its own memfd) under the worker session `token`.
-    fn register_pool(&self, py: Python<'_>, token: Vec<u8>, pool: &HostPool) -> PyResult<u32> {
+    /// Registers `pool` (a host pool in its own memfd) under the worker session `token`. Each
+    /// pool registration waits up to `timeout` seconds (None: until it comes) for its reply;
+    /// past it, `TimedOut`, and the reply is forgotten.
+    #[pyo3(signature = (token, pool, *, timeout = None))]
+    fn register_pool(
+        &self,
+        py: Python<'_>,
+        token: Vec<u8>,
+        pool: &HostPool,
+        timeout: Option<f64>,
+    ) -> PyResult<u32> {
         let m = Message::RegisterPool {
             token: self::token(py, &token)?,
             spec: pool.inner.spec().clone(),
@@ -504,12 +544,13 @@ impl Connection {
         };
         let fd = std::os::fd::AsRawFd::as_raw_fd(&pool.inner.fd());
         let id = self.send_with(py, &m, &[fd])?;
-        self.pool_registered(py, id)
+        self.pool_registered(py, id, timeout)
     }
 
     /// Registers a pool whose pages are memory the engine allocated itself: `states`, a
     /// `HostPool(spec, states_only=True)`, and `memory_fd`, a descriptor of that memory
     /// holding page 0 at `offset`.
+    #[pyo3(signature = (token, states, memory_fd, offset, *, timeout = None))]
     fn register_engine_memory_pool(
         &self,
         py: Python<'_>,
@@ -517,6 +558,7 @@ impl Connection {
         states: &HostPool,
         memory_fd: i32,
         offset: u64,
+        timeout: Option<f64>,
     ) -> PyResult<u32> {
         let m = Message::RegisterPool {
             token: self::token(py, &token)?,
@@ -525,7 +567,7 @@ impl Connection {
         };
         let fd = std::os::fd::AsRawFd::as_raw_fd(&states.inner.fd());
         let id = self.send_with(py, &m, &[fd, memory_fd])?;
-        self.pool_registered(py, id)
+        self.pool_registered(py, id, timeout)
     }
 
     /// Registers a pool whose pages are CUDA device memory: `states`, a
@@ -534,7 +576,8 @@ impl Connection {
     /// or zero, on `device`, the ordinal as the daemon numbers devices), page 0 at `offset` in
     /// it. A daemon without the CUDA backend, driver or device refuses it (`RefusedError`,
     /// code `Unsupported`), as it refuses memory that is not on that device.
-    #[pyo3(signature = (token, states, device, ipc_handle, offset, uuid = Vec::new()))]
+    #[pyo3(signature = (token, states, device, ipc_handle, offset, uuid = Vec::new(), *,
+        timeout = None))]
     #[expect(
         clippy::too_many_arguments,
         reason = "positional arguments of a Python method"
@@ -548,6 +591,7 @@ impl Connection {
         ipc_handle: Vec<u8>,
         offset: u64,
         uuid: Vec<u8>,
+        timeout: Option<f64>,
     ) -> PyResult<u32> {
         let ipc_handle: [u8; 64] = ipc_handle.try_into().map_err(|h: Vec<u8>| {
             invalid(py, format!("an IPC handle is 64 bytes, not {}", h.len()))
@@ -570,7 +614,7 @@ impl Connection {
         };
         let fd = std::os::fd::AsRawFd::as_raw_fd(&states.inner.fd());
         let id = self.send_with(py, &m, &[fd])?;
-        self.pool_registered(py, id)
+        self.pool_registered(py, id, timeout)
     }
 
     /// Ends pool `pool`'s registration. Returns once the daemon has let go of its memory (no
@@ -806,10 +850,17 @@ impl Connection {
 }
 
 impl Connection {
-    fn pool_registered(&self, py: Python<'_>, id: u64) -> PyResult<u32> {
-        match self.wait_message(py, id, None)? {
-            Message::PoolRegistered { pool } => Ok(pool.0),
-            other => Err(unexpected(py, &other, "PoolRegistered")),
+    fn pool_registered(&self, py: Python<'_>, id: u64, timeout: Option<f64>) -> PyResult<u32> {
+        match self.wait_message(py, id, timeout) {
+            Ok(Message::PoolRegistered { pool }) => Ok(pool.0),
+            Ok(other) => Err(unexpected(py, &other, "PoolRegistered")),
+            Err(e) => {
+                // Past its wait the reply is not wanted: the connection keeps none for it.
+                if e.is_instance_of::<TimedOut>(py) {
+                    self.shared.inbox().forget(id);
+                }
+                Err(e)
+            }
         }
     }
 }

@@ -63,6 +63,19 @@ class Daemon:
                 pytest.fail(f"orbitkv serve did not start:\n{self.log.read_text()}")
             time.sleep(0.05)
 
+    def pause(self) -> None:
+        """Stops the daemon with its socket open (SIGSTOP), returning once it is stopped."""
+        self.proc.send_signal(signal.SIGSTOP)
+        stat = Path(f"/proc/{self.proc.pid}/stat")
+        deadline = time.monotonic() + 5
+        # The state follows the name, which is in parentheses.
+        while stat.read_text().rsplit(")", 1)[1].split()[0] != "T":
+            assert time.monotonic() < deadline, "the daemon stopped"
+            time.sleep(0.005)
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

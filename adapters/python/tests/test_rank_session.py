@@ -1,16 +1,19 @@
 """A rank's session (`orbitkv.session.Session`), as the engine adapters hold one, against a daemon
 that is away or refuses the rank: it never blocks, and why it cannot register is logged once per
-reason, not at every retry and not never."""
+reason, not at every retry and not never. A listener that never answers the handshake holds
+an attempt after the first only briefly."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import os
+import socket
 import time
 from pathlib import Path
 
 import orbitkv
+import orbitkv.session
 import pytest
 from conftest import Daemon
 from engine import Engine
@@ -78,3 +81,26 @@ def test_a_refused_registration_is_logged_once_with_its_reason(
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings
     assert "rank 0" in warnings[0], warnings[0]
+
+
+def test_a_retry_waits_briefly_for_a_daemon_that_never_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listener that accepts and never answers the handshake (a restarting daemon) holds
+    the first attempt up to the handshake's wait, and each later attempt only briefly: an
+    adapter may hold a lock while it reconnects."""
+    monkeypatch.setattr(orbitkv.session, "HANDSHAKE_WAIT", 2.0)
+    monkeypatch.setattr(orbitkv.session, "RECONNECT_HANDSHAKE", 0.3)
+    path = str(tmp_path / "silent.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+        silent.bind(path)
+        silent.listen(8)
+        session = Session(path, registration(tmp_path))
+        t0 = time.monotonic()
+        assert session.sealed() is None
+        assert 2.0 <= time.monotonic() - t0 < 5.0
+        for _ in range(2):
+            session._retry_at = 0.0
+            t0 = time.monotonic()
+            assert session.sealed() is None
+            assert time.monotonic() - t0 < 1.5

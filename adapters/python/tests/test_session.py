@@ -1,11 +1,13 @@
 """A session from Python against a real `orbitkv serve`: register and seal, register pools,
 publish, query, acquire, load byte-exact, a stale generation refused, release; many requests
-outstanding on one connection; typed errors."""
+outstanding on one connection; typed errors; a daemon that stops reading ends the connection
+within the send timeout."""
 
 from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import orbitkv
 import pytest
@@ -319,3 +321,74 @@ def test_waits_end_with_the_right_error(daemon: Daemon) -> None:
     assert len(errors) == 1 and isinstance(errors[0], orbitkv.ConnectionLost), errors
     assert worker.closed is not None and "close()" in worker.closed
     engine.close()
+
+
+def test_a_daemon_that_stops_reading_ends_the_connection_within_the_send_timeout(
+    tmp_path: Path,
+) -> None:
+    """A daemon stopped with its socket open reads nothing. Once the socket's buffer is full, a
+    submit that moves no byte within `send_timeout` ends the connection (`ConnectionLost`)
+    rather than blocking it, and every thread waiting to submit, for good."""
+    d = Daemon(tmp_path)
+    conn = orbitkv.Connection(d.socket, send_timeout=0.5)
+    with pytest.raises(orbitkv.InvalidInput):
+        orbitkv.Connection(d.socket, send_timeout=0.0)
+    # About 8 KiB a request: the socket's buffer (a few hundred KiB) fills in tens of them.
+    q = (b"\x01" * 32, 1, 0, 256, [(0, [bytes([i]) * 32 for i in range(256)])])
+    raised: list[BaseException] = []
+
+    def submit() -> None:
+        try:
+            for _ in range(100_000):
+                conn.submit_query(*q)
+        except BaseException as e:  # reported by the test's thread
+            raised.append(e)
+
+    d.pause()
+    try:
+        start = time.monotonic()
+        submitter = threading.Thread(target=submit, daemon=True)
+        submitter.start()
+        submitter.join(timeout=10.0)
+        took = time.monotonic() - start
+        assert not submitter.is_alive(), "a submit blocked past the send timeout"
+        assert len(raised) == 1 and isinstance(raised[0], orbitkv.ConnectionLost), raised
+        assert "send_timeout" in str(raised[0])
+        assert took < 5.0, took
+        # The connection is over: a later submit fails at once, as does a wait.
+        assert conn.closed is not None
+        start = time.monotonic()
+        with pytest.raises(orbitkv.ConnectionLost):
+            conn.submit_query(*q)
+        assert time.monotonic() - start < 0.5
+    finally:
+        d.resume()
+        conn.close()
+        d.stop()
+
+
+def test_a_pool_registration_waits_only_its_timeout(tmp_path: Path) -> None:
+    """A daemon that stalls after the seal holds a pool registration up to its `timeout`, not
+    for good; its late reply is dropped and the connection stays usable."""
+    d = Daemon(tmp_path)
+    engine = Engine("py-pool-wait")
+    try:
+        _, sealed = engine.seal(d.socket)
+        conn = engine.worker_conn(0)
+        pool = orbitkv.HostPool(engine.spec(pool=1, pages=BLOCKS))
+        d.pause()
+        try:
+            start = time.monotonic()
+            with pytest.raises(orbitkv.TimedOut):
+                conn.register_pool(sealed[0].token, pool, timeout=0.3)
+            assert time.monotonic() - start < 2.0
+        finally:
+            d.resume()
+        # The late PoolRegistered is not kept: the next request's reply is its own.
+        assert isinstance(
+            conn.query(sealed[0].token, sealed[0].epoch, 0, 4, [(0, [b"\x07" * 32])]), orbitkv.Miss
+        )
+        assert conn.closed is None
+    finally:
+        engine.close()
+        d.stop()

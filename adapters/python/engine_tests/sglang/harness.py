@@ -97,6 +97,8 @@ class Rank:
     # A hybrid model: a sliding-window host pool and a Mamba host pool beside the KV one,
     # registered as SGLang's hybrid cache controller registers them.
     hybrid: bool = False
+    # SGLang's `--enable-hicache-storage-metrics`.
+    metrics: bool = False
     args: dict[str, object] = field(default_factory=dict)
     extra: dict[str, object] = field(default_factory=dict)
 
@@ -127,7 +129,7 @@ class Rank:
             attn_cp_rank=0,
             attn_cp_size=1,
             is_mla_model=self.mla,
-            enable_storage_metrics=False,
+            enable_storage_metrics=self.metrics,
             is_page_first_layout=self.layout == "page_first",
             model_name=self.model.name,
             dp_rank=self.dp_rank,

@@ -169,7 +169,7 @@ def test_one_servers_backup_thread_stores_what_anothers_prefetch_loads(
     idx = a.alloc(3)
     data = a.fill(idx, b"controller")
     assert backup(writer, idx, TOKENS, keys) == 3 * PAGE
-    assert writer.storage_backend.get_stats()["published_pages"] == 3
+    assert writer.storage_backend.counters()["published_pages"] == 3
     # Durable before another server reads (the backup thread never waits for it).
     assert writer.storage_backend.wait_durable(WAIT)
 
@@ -181,4 +181,4 @@ def test_one_servers_backup_thread_stores_what_anothers_prefetch_loads(
     op = prefetch(reader, "tail", TOKENS[PAGE:], keys[:1])
     assert op.hash_value == keys[1:] and op.completed_tokens == 2 * PAGE
     assert same_bytes(b.kv(op.host_indices), data[:, :, PAGE:])
-    assert reader.storage_backend.get_stats()["loaded_pages"] == 5
+    assert reader.storage_backend.counters()["loaded_pages"] == 5

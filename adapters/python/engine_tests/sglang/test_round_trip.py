@@ -32,7 +32,7 @@ def test_a_second_server_reads_back_what_the_first_stored(daemon: Daemon, model_
     done, tail = b.get(keys[2:], prefix=keys[:2])
     assert done == [True, True]
     assert same_bytes(tail, data[:, :, 2 * PAGE :])
-    assert b.backend.get_stats()["loaded_pages"] == 6
+    assert b.backend.counters()["loaded_pages"] == 6
     a.close()
     b.close()
 
@@ -66,7 +66,7 @@ def test_a_chain_longer_than_a_query_may_name_is_asked_for_its_leading_part(
         assert a.exists(keys[3:], prefix=keys[:3]) == 0, "the prefix alone fills the limit"
         monkeypatch.undo()
         assert a.exists(keys) == 4
-        assert a.backend.get_stats()["queries"] == 2, "no Query past the limit was sent"
+        assert a.backend.counters()["queries"] == 2, "no Query past the limit was sent"
     finally:
         a.close()
 

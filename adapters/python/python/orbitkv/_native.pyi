@@ -310,6 +310,7 @@ class Connection:
         *,
         client: str = "orbitkv-python",
         handshake_timeout: float = 10.0,
+        send_timeout: float = 10.0,
     ) -> Connection: ...
     @property
     def socket(self) -> str: ...
@@ -347,9 +348,17 @@ class Connection:
         no_scheduler: bool = False,
     ) -> int: ...
     def await_seal(self, request: int, timeout: float | None = None) -> Sealed: ...
-    def register_pool(self, token: bytes, pool: HostPool) -> int: ...
+    def register_pool(
+        self, token: bytes, pool: HostPool, *, timeout: float | None = None
+    ) -> int: ...
     def register_engine_memory_pool(
-        self, token: bytes, states: HostPool, memory_fd: int, offset: int
+        self,
+        token: bytes,
+        states: HostPool,
+        memory_fd: int,
+        offset: int,
+        *,
+        timeout: float | None = None,
     ) -> int: ...
     def register_device_pool(
         self,
@@ -359,6 +368,8 @@ class Connection:
         ipc_handle: bytes,
         offset: int,
         uuid: bytes = ...,
+        *,
+        timeout: float | None = None,
     ) -> int: ...
     def unregister_pool(self, token: bytes, pool: int) -> None: ...
     def submit_query(

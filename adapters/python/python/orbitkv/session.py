@@ -20,6 +20,11 @@ log = logging.getLogger("orbitkv")
 
 # Seconds between attempts to reach a daemon that is away, at most.
 RETRY_MAX = 5.0
+# How long the first attempt waits for the daemon's handshake, and how long later ones wait:
+# briefly, since an adapter may hold a lock meanwhile and a restarting daemon may accept
+# before it answers.
+HANDSHAKE_WAIT = 10.0
+RECONNECT_HANDSHAKE = 1.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,8 @@ class Session:
         self._retry_at = 0.0
         self._backoff = 0.1
         self._on_seal = on_seal
+        # Whether a connection was attempted already (later attempts wait briefly).
+        self._attempted = False
         # Why the last attempt failed, logged once until the reason changes or a seal comes.
         self._failing: str | None = None
 
@@ -75,7 +82,11 @@ class Session:
             return None
         try:
             if self.conn is None:
-                self.conn = orbitkv.Connection(self.socket, client=self.registration.client)
+                wait_hello = RECONNECT_HANDSHAKE if self._attempted else HANDSHAKE_WAIT
+                self._attempted = True
+                self.conn = orbitkv.Connection(
+                    self.socket, client=self.registration.client, handshake_timeout=wait_hello
+                )
             if self._pending is None:
                 r = self.registration
                 self._pending = self.conn.submit_register(

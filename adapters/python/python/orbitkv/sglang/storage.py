@@ -11,17 +11,20 @@ the hashes SGLang passes before the call's keys (`prefix_keys`).
 - The v2 calls move a hybrid model's sliding-window pages and Mamba states beside the KV pages;
   a hit is a boundary where every group holds.
 
-No call raises into SGLang's threads: a failure is a miss, or a page not stored."""
+No call raises into SGLang's threads: a failure is a miss, or a page not stored. After a reply
+that did not come, calls do not ask the daemon for `UNANSWERED_PAUSE` seconds."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import threading
+import time
 from collections import Counter
 from typing import TYPE_CHECKING, NamedTuple
 
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, PoolTransferResult
+from sglang.srt.observability.metrics_collector import StorageMetrics
 
 import orbitkv
 from orbitkv import weights
@@ -78,6 +81,19 @@ SEAL_WAIT = 5.0
 # How long a call whose reply never came waits for the daemon to let go of its pages (a
 # lease's time to live).
 SETTLE_WAIT = 30.0
+# How long a pool registration waits for its reply (under the lock every call takes).
+POOL_WAIT = 10.0
+# After a reply did not come, calls are misses or not stored without asking for this long: a
+# daemon that holds its connection open but answers nothing costs one call its wait, not each.
+UNANSWERED_PAUSE = 5.0
+# How long a late Acquire's reply is watched for, so that a lease granted after all is given
+# back at once rather than pinning its records until the daemon's lease TTL.
+LATE_ACQUIRE_WATCH = 60.0
+# Publishes whose PublishDurable is awaited, at most: past it the oldest is forgotten.
+DURABLE_WAIT_MAX = 4096
+# Entries each list of `get_stats()` gathers between two calls, at most: the rest are dropped.
+METRICS_MAX = 4096
+GIB = 1 << 30
 
 
 class OrbitKVStorage(HiCacheStorage):
@@ -101,13 +117,20 @@ class OrbitKVStorage(HiCacheStorage):
         self.session: Session | None = None
         self.pool_ready = False
         self.weights_changed = False
-        # Publishes copied out, their PublishDurable not taken yet.
-        self.durable_wait: list[int] = []
+        # Publishes copied out, their PublishDurable not taken yet: (connection, request).
+        self.durable_wait: list[tuple[orbitkv.Connection, int]] = []
+        # Acquires whose reply came too late: (connection, token, request, watched until).
+        self.late: list[tuple[orbitkv.Connection, bytes, int, float]] = []
+        # Until when calls do not ask the daemon (a reply did not come).
+        self.unanswered_until = 0.0
         # SGLang calls from its backup and prefetch threads at once: the session's state and
-        # the publishes waiting are changed under this.
+        # the lists above are changed under this.
         self._lock = threading.Lock()
-        # Queries, hit pages, loaded and published pages, failures.
+        # Queries, hit pages, loaded and published pages, failures (`counters()`).
         self.stats: Counter[str] = Counter()
+        # What `get_stats()` hands SGLang, gathered only with its storage metrics on.
+        self.metrics_on = bool(getattr(storage_config, "enable_storage_metrics", False))
+        self.metrics = StorageMetrics()
 
     # -- the pools ---------------------------------------------------------------------------
 
@@ -169,12 +192,19 @@ class OrbitKVStorage(HiCacheStorage):
     def _register_pool(self, conn: orbitkv.Connection, seal: orbitkv.Sealed) -> None:
         self.pool_ready = False
         for g in self.groups:
-            conn.register_engine_memory_pool(seal.token, self.states[g.pool], g.fd, 0)
+            conn.register_engine_memory_pool(
+                seal.token, self.states[g.pool], g.fd, 0, timeout=POOL_WAIT
+            )
         self.pool_ready = bool(self.groups)
 
     def _live(self) -> tuple[orbitkv.Connection, orbitkv.Sealed] | None:
-        """The connection and seal to use, or `None` (away, or the weights changed)."""
+        """The connection and seal to use, or `None` (away, the weights changed, or a reply
+        did not come lately)."""
         if self.session is None or self._weights_moved():
+            return None
+        if self.late:
+            self._release_late()
+        if time.monotonic() < self.unanswered_until:
             return None
         with self._lock:
             seal = self.session.sealed()
@@ -218,12 +248,67 @@ class OrbitKVStorage(HiCacheStorage):
         self, conn: orbitkv.Connection, request: int, timeout: float
     ) -> orbitkv._native._Reply | None:
         """The reply to `request`, or `None` when it has not come within `timeout` (it is
-        then forgotten, not left in the connection)."""
+        then forgotten, not left in the connection, and the daemon is not asked for a while)."""
         try:
             return conn.wait(request, timeout=timeout)
         except orbitkv.TimedOut:
             conn.forget(request)
+            self._unanswered(timeout)
             return None
+
+    def _unanswered(self, timeout: float) -> None:
+        """A reply did not come within `timeout`: calls do not ask for `UNANSWERED_PAUSE`."""
+        self.stats["timeouts"] += 1
+        with self._lock:
+            self.unanswered_until = time.monotonic() + UNANSWERED_PAUSE
+        log.warning(
+            "OrbitKV: a reply did not come within %.1f s; calls are misses and pages are not "
+            "stored for %.0f s",
+            timeout,
+            UNANSWERED_PAUSE,
+        )
+
+    def _release_late(self) -> None:
+        """Gives back the leases of Acquires answered after their wait; forgets those that
+        stay unanswered past the watch. One on a connection since replaced is dropped: the
+        daemon ended its leases with that connection."""
+        with self._lock:
+            late, self.late = self.late, []
+            current = self.session.conn if self.session is not None else None
+        still = []
+        for conn, token, request, until in late:
+            if conn is not current or conn.closed is not None:
+                continue
+            try:
+                reply = conn.poll(request)
+                if isinstance(reply, orbitkv.Leased):
+                    conn.forget(conn.submit_release(token, reply.lease))
+                    self.stats["late_leases_released"] += 1
+                elif reply is None and time.monotonic() < until:
+                    still.append((conn, token, request, until))
+                elif reply is None:
+                    conn.forget(request)
+            except orbitkv.OrbitKVError as e:
+                self._fail("releasing a late lease", e, conn)
+        with self._lock:
+            self.late = still + self.late
+
+    def _measured(self, prefetch: bool, pages: int, page_bytes: int, started: float) -> None:
+        """Notes a call that moved `pages` KV pages since `started` (`time.perf_counter()`) for
+        SGLang's storage metrics: its pages and its bandwidth in GiB/s."""
+        if not self.metrics_on or pages <= 0:
+            return
+        seconds = max(time.perf_counter() - started, 1e-9)
+        with self._lock:
+            m = self.metrics
+            counts, rates = (
+                (m.prefetch_pgs, m.prefetch_bandwidth)
+                if prefetch
+                else (m.backup_pgs, m.backup_bandwidth)
+            )
+            if len(counts) < METRICS_MAX:
+                counts.append(pages)
+                rates.append(pages * page_bytes / seconds / GIB)
 
     def _settle(self, pages: list[tuple[int, int]]) -> None:
         """Lets go of `pages` (pool, page) after a call whose reply never came (SGLang reuses
@@ -289,6 +374,7 @@ class OrbitKVStorage(HiCacheStorage):
         (token slots, a page's run each); true per page loaded."""
         done = [False] * len(keys)
         conn, loading = None, []
+        started = time.perf_counter()
         try:
             live = self._live()
             prefix = extra_info.prefix_keys if extra_info is not None else None
@@ -332,6 +418,7 @@ class OrbitKVStorage(HiCacheStorage):
             loaded = sum(done)
             self.stats["loaded_pages"] += loaded
             self.stats["load_failures"] += len(wanted) - loaded
+            self._measured(True, loaded, self.pages.page_bytes, started)
             return done
         except Exception as e:  # never into SGLang's thread
             self._fail("batch_get_v1", e, conn)
@@ -349,6 +436,7 @@ class OrbitKVStorage(HiCacheStorage):
         they are copied out (true per page stored)."""
         done = [False] * len(keys)
         conn, copying = None, []
+        started = time.perf_counter()
         try:
             live = self._live()
             prefix = extra_info.prefix_keys if extra_info is not None else None
@@ -379,6 +467,8 @@ class OrbitKVStorage(HiCacheStorage):
             stored = sum(done)
             self.stats["published_pages"] += stored
             self.stats["publish_failures"] += len(keys) - stored
+            if self.pages is not None:
+                self._measured(False, stored, self.pages.page_bytes, started)
             return done
         except Exception as e:  # never into SGLang's thread
             self._fail("batch_set_v1", e, conn)
@@ -401,7 +491,15 @@ class OrbitKVStorage(HiCacheStorage):
         request = conn.submit_acquire(
             seal.token, seal.epoch, origin, end, self._named(groups, chain)
         )
-        leased = self._ask(conn, request, QUERY_WAIT)
+        try:
+            leased = conn.wait(request, timeout=QUERY_WAIT)
+        except orbitkv.TimedOut:
+            # Watched, not forgotten: a lease granted after all is given back (`_release_late`).
+            with self._lock:
+                until = time.monotonic() + LATE_ACQUIRE_WATCH
+                self.late.append((conn, seal.token, request, until))
+            self._unanswered(QUERY_WAIT)
+            leased = None
         if not isinstance(leased, orbitkv.Leased):
             yield None
             return
@@ -433,24 +531,40 @@ class OrbitKVStorage(HiCacheStorage):
         if not isinstance(copied, orbitkv.Pages):
             return None
         with self._lock:
-            self.durable_wait.append(request)
+            self.durable_wait.append((conn, request))
+            # A PublishDurable that never comes must not grow the list: the oldest is forgotten.
+            dropped = self.durable_wait[:-DURABLE_WAIT_MAX]
+            del self.durable_wait[:-DURABLE_WAIT_MAX]
+        for c, r in dropped:
+            c.forget(r)
+        self.stats["durable_unknown"] += len(dropped)
         self.wait_durable(0.0)
         return [status == "ok" for status in copied.statuses]
 
     def wait_durable(self, timeout: float) -> bool:
         """Takes the PublishDurable replies that have come, waiting up to `timeout` for all;
-        true when none is left. A page found not durable was never served."""
+        true when none is left. A page found not durable was never served. Request ids restart
+        on a new connection, so a publish of a connection since replaced is forgotten."""
         with self._lock:
             waiting, self.durable_wait = self.durable_wait, []
             conn = self.session.conn if self.session is not None else None
         if conn is None or conn.closed is not None:
+            conn = None
+        mine = []
+        for c, r in waiting:
+            if c is conn:
+                mine.append(r)
+            else:
+                c.forget(r)
+                self.stats["durable_unknown"] += 1
+        if conn is None:
             return True
-        still, arrived = take_replies(conn, waiting, timeout)
+        still, arrived = take_replies(conn, mine, timeout)
         for reply in arrived.values():
             if isinstance(reply, orbitkv.Pages) and not reply.all_ok:
                 self.stats["durable_failures"] += sum(st != "ok" for st in reply.statuses)
         with self._lock:
-            self.durable_wait += still
+            self.durable_wait[:0] = [(conn, r) for r in still]
             return not self.durable_wait
 
     # -- the v2 calls: a hybrid model's pools beside the KV one ---------------------------------
@@ -647,7 +761,16 @@ class OrbitKVStorage(HiCacheStorage):
         """A key alone has no token position: never proven."""
         return False
 
-    def get_stats(self) -> dict[str, int]:
+    def get_stats(self) -> StorageMetrics:
+        """SGLang's storage metrics since the last call (`--enable-hicache-storage-metrics`):
+        the KV pages of each `batch_get_v1` and `batch_set_v1` that moved any, and its
+        bandwidth in GiB/s. Empty with the metrics off."""
+        with self._lock:
+            metrics, self.metrics = self.metrics, StorageMetrics()
+        return metrics
+
+    def counters(self) -> dict[str, int]:
+        """The backend's own counts: queries, hit pages, pages moved, failures, timeouts."""
         return dict(self.stats)
 
     def close(self) -> None:
