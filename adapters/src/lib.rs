@@ -5,5 +5,6 @@
 
 pub mod error;
 pub mod identity;
+pub mod process;
 
 pub use error::{Error, Result};

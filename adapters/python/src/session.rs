@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 
+use orbitkv_adapters::process::Process;
 use orbitkv_gpu_bridge::fdpass::send_with_fds;
 use orbitkv_gpu_bridge::{PageMemory, PageRef, PoolId};
 use orbitkv_protocol::message::{
@@ -27,7 +28,7 @@ use orbitkv_protocol::{DEFAULT_MAX_BODY, Message, Role, discover, read_frame};
 use orbitkv_state::HashDomain;
 
 use crate::errors::{DaemonNotFound, TimedOut, error, invalid, lost, refused, violation};
-use crate::fd_unsafe::with_borrowed;
+use crate::fd_unsafe::{peer_pid, with_borrowed};
 use crate::inbox::{Ended, READ_SLICE, Shared, Unanswered};
 use crate::layout::rule;
 use crate::pool::HostPool;
@@ -100,6 +101,8 @@ pub struct Connection {
     drainer: Mutex<Option<JoinHandle<()>>>,
     /// How long a write may take no byte before the connection is lost, in seconds.
     send_timeout: f64,
+    /// The daemon's process, where its id is visible here.
+    daemon: Option<Process>,
 }
 
 fn token(py: Python<'_>, t: &[u8]) -> PyResult<Token> {
@@ -336,6 +339,7 @@ impl Connection {
         stream
             .set_write_timeout(seconds(send_timeout))
             .map_err(|e| lost(py, format!("{}: {e}", path.display())))?;
+        let daemon = peer_pid(&stream).map(Process::new);
         let read_half = stream
             .try_clone()
             .map_err(|e| lost(py, format!("{}: {e}", path.display())))?;
@@ -357,7 +361,22 @@ impl Connection {
             server,
             drainer: Mutex::new(Some(drainer)),
             send_timeout,
+            daemon,
         })
+    }
+
+    /// The daemon's process id; `None` where it is not visible from this process (another PID
+    /// namespace).
+    #[getter]
+    fn daemon_pid(&self) -> Option<u32> {
+        self.daemon.map(|d| d.pid)
+    }
+
+    /// Whether the daemon's process still runs (or is stopped) — the one this connection
+    /// reached, not a process that took its id since; `None` where it cannot be told. While it
+    /// lives, a copy it holds a page lease for may still land in the page.
+    fn daemon_alive(&self) -> Option<bool> {
+        self.daemon.map(|d| d.alive())
     }
 
     /// The socket this connection answered at.

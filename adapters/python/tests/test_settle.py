@@ -1,6 +1,8 @@
 """Pages settled after a Load or Publish whose reply will not come: each gets a new generation
 once the daemon holds no lease on it; one still leased at the deadline is revoked (a new
-generation all the same, so the daemon discards a copy out of it that is still running).
+generation all the same, so the daemon discards a copy out of it that is still running). A copy
+into a page cannot be discarded: after a Load, a page still leased is waited for while the
+daemon's process lives, and revoked once it is gone.
 
 The daemon's side is played through the pool's shared state words, as docs/protocol.md lays
 them out: word `i` at byte 64 + 8i, the generation in its high 48 bits, leases in its low 16."""
@@ -11,9 +13,11 @@ import logging
 import struct
 import threading
 import time
+from pathlib import Path
 
 import orbitkv
 import pytest
+from daemon import Daemon
 from orbitkv.session import settle
 
 
@@ -59,3 +63,37 @@ def test_a_page_leased_past_the_deadline_is_revoked(caplog: pytest.LogCaptureFix
     # The daemon gives its lease back; the page is reused as any other.
     lease(m, 1, -1)
     assert pool.reuse(1) == leased + 2
+
+
+def test_after_a_load_a_page_is_waited_for_while_the_daemon_lives(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    d = Daemon(tmp_path)
+    try:
+        conn = orbitkv.Connection(d.socket)
+        assert conn.daemon_pid == d.proc.pid
+        assert conn.daemon_alive() is True
+        m = orbitkv.mapped.allocate(4, 4096)
+        pool = m.pool
+        # The daemon is stopped in the middle of a copy into page 3.
+        lease(m, 3, 1)
+        d.pause()
+        before = pool.generation(3)
+        waiting = threading.Thread(target=settle, args=(pool, [3], 0.1, conn))
+        with caplog.at_level(logging.ERROR, logger="orbitkv"):
+            waiting.start()
+            waiting.join(timeout=1.0)
+            # Past the deadline, and not revoked: the copy may still land.
+            assert waiting.is_alive(), "a page a live daemon copies into was given up"
+            assert pool.generation(3) == before
+            assert "waiting, so that no late copy lands" in caplog.text
+            # The daemon is gone: nothing of it can land any more.
+            d.proc.kill()
+            d.proc.wait()
+            waiting.join(timeout=5.0)
+        assert not waiting.is_alive()
+        assert conn.daemon_alive() is False
+        assert pool.generation(3) == before + 1
+        assert "a copy into them may still land" not in caplog.text
+    finally:
+        d.stop()

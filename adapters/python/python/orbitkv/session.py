@@ -25,6 +25,8 @@ RETRY_MAX = 5.0
 # before it answers.
 HANDSHAKE_WAIT = 10.0
 RECONNECT_HANDSHAKE = 1.0
+# How often `settle` says that it still waits for a stuck copy into a page.
+STUCK_LOG_EVERY = 30.0
 
 
 @dataclass(frozen=True)
@@ -186,21 +188,43 @@ def take_replies(
     return still, arrived
 
 
-def settle(pool: orbitkv.HostPool, pages: list[int], timeout: float) -> None:
+def settle(
+    pool: orbitkv.HostPool,
+    pages: list[int],
+    timeout: float,
+    copying_in: orbitkv.Connection | None = None,
+) -> None:
     """After a Load or Publish whose reply will not come: waits (up to `timeout`) until the
     daemon holds none of `pages` and moves each to a new generation, so no late copy of the
     daemon's lands in a page the engine reuses (a leased page refuses the move). A page still
     leased at the deadline is revoked: moved to a new generation all the same, so a copy out
-    of it still running is discarded by the daemon (a copy into it may still land)."""
+    of it still running is discarded by the daemon. A copy into a page cannot be discarded: for
+    a Load (`copying_in`, the connection it went on) a page is waited for past the deadline for
+    as long as the daemon's process lives (stopped, or stalled in the copy), and revoked once it
+    is gone; where the process cannot be told (another PID namespace), at the deadline."""
     deadline = time.monotonic() + timeout
     revoked: list[int] = []
     for page in pages:
+        told = 0.0
         while True:
             try:
                 pool.reuse(page)
                 break
             except orbitkv.OrbitKVError:
-                if time.monotonic() > deadline:
+                now = time.monotonic()
+                if now > deadline:
+                    if copying_in is not None and copying_in.daemon_alive():
+                        if now - told >= STUCK_LOG_EVERY:
+                            told = now
+                            log.error(
+                                "OrbitKV: page %d stays leased by the daemon (pid %s), which is "
+                                "alive but does not finish its copy into it (stopped?); waiting, "
+                                "so that no late copy lands in a reused page",
+                                page,
+                                copying_in.daemon_pid,
+                            )
+                        time.sleep(0.05)
+                        continue
                     try:
                         pool.revoke(page)
                         revoked.append(page)
@@ -211,8 +235,11 @@ def settle(pool: orbitkv.HostPool, pages: list[int], timeout: float) -> None:
     if revoked:
         log.error(
             "OrbitKV: %d page(s) stayed leased by the daemon past %.0f s and were revoked "
-            "(first %s); a copy into them may still land",
+            "(first %s)%s",
             len(revoked),
             timeout,
             revoked[:16],
+            "; a copy into them may still land"
+            if copying_in is not None and copying_in.daemon_alive() is None
+            else "",
         )

@@ -310,11 +310,15 @@ class OrbitKVStorage(HiCacheStorage):
                 counts.append(pages)
                 rates.append(pages * page_bytes / seconds / GIB)
 
-    def _settle(self, pages: list[tuple[int, int]]) -> None:
-        """Lets go of `pages` (pool, page) after a call whose reply never came (SGLang reuses
-        host pages as soon as the call returns)."""
+    def _settle(
+        self, pages: list[tuple[int, int]], copying_in: orbitkv.Connection | None = None
+    ) -> None:
+        """Lets go of `pages` (pool, page) after a Load (`copying_in`, its connection) or
+        Publish whose reply never came (SGLang reuses host pages as soon as the call
+        returns)."""
         for pool in {p for p, _ in pages}:
-            settle(self.states[pool], [page for p, page in pages if p == pool], SETTLE_WAIT)
+            pool_pages = [page for p, page in pages if p == pool]
+            settle(self.states[pool], pool_pages, SETTLE_WAIT, copying_in)
 
     def _fail(self, call: str, e: BaseException, conn: orbitkv.Connection | None = None) -> None:
         self.stats["errors"] += 1
@@ -424,7 +428,7 @@ class OrbitKVStorage(HiCacheStorage):
             self._fail("batch_get_v1", e, conn)
             return done
         finally:
-            self._settle(loading)
+            self._settle(loading, conn)
 
     def batch_set_v1(
         self,
@@ -655,7 +659,7 @@ class OrbitKVStorage(HiCacheStorage):
             self._fail("batch_get_v2", e, conn)
             return done
         finally:
-            self._settle(loading)
+            self._settle(loading, conn)
 
     def batch_set_v2(
         self, transfers: list[PoolTransfer], extra_info: HiCacheStorageExtraInfo | None = None

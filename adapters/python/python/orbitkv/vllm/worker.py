@@ -256,7 +256,7 @@ class WorkerSide:
             or self.memory is None
         ):
             # No reply: the daemon may still copy. vLLM recomputes into these blocks.
-            self._settle([block for _, block in staged])
+            self._settle([block for _, block in staged], copying_in=conn)
             self.stats.add("load_failures", len(staged))
             return failed + [block for _, block in staged]
         for (group, block), status in zip(staged, statuses.statuses, strict=True):
@@ -331,11 +331,11 @@ class WorkerSide:
                 still.append(p)
         self.pending = still
 
-    def _settle(self, blocks: list[int]) -> None:
-        """Lets go of `blocks` after a Load or Publish whose reply will not come, before vLLM
-        reuses them."""
+    def _settle(self, blocks: list[int], copying_in: orbitkv.Connection | None = None) -> None:
+        """Lets go of `blocks` after a Load (`copying_in`, its connection) or Publish whose
+        reply will not come, before vLLM reuses them."""
         if blocks and self.pool is not None:
-            settle(self.pool, blocks, COPIED_WAIT)
+            settle(self.pool, blocks, COPIED_WAIT, copying_in)
 
     def _poll(self, timeout: float = 0.0) -> None:
         """Sends the publishes whose step has finished (waiting for them all when `timeout` is
