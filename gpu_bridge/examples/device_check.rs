@@ -148,7 +148,7 @@ fn bandwidth(cuda: &Cuda) -> Outcome {
         let t = Instant::now();
         // The staging is filled already: the fill writes nothing.
         copier
-            .load_with(&region, &spec, &items, |_, _| true, |_| {})
+            .load_with(&region, &spec, &items, |_, _| true, |_| true, |_| {})
             .map_err(err)?;
         let batched_secs = t.elapsed().as_secs_f64();
         if round > 0 {
@@ -420,6 +420,7 @@ impl Fenced {
                     dst.copy_from_slice(&fresh[i]);
                     true
                 },
+                &mut |_| true,
                 &mut |_, r| completed += usize::from(r.is_ok()),
             )
             .map_err(err)?;

@@ -66,9 +66,10 @@ pub struct CopyOut<'a> {
 /// the caller straight into the staging buffer (the store reads them there), then copied to
 /// the pages in batches, an event each.
 pub trait StagedLoad {
-    /// Copies `items`: `fill(i, dst)` writes item `i`'s packed bytes into `dst` and leases its
-    /// page, keeping the lease until told, or returns `false` (the item is then never copied
-    /// and gets no `done`); `done(i, r)` reports each other item exactly
+    /// Copies `items`: `fill(i, dst)` writes item `i`'s packed bytes into `dst`, or returns
+    /// `false` (the item is then never copied and gets no `done`); once a batch is filled,
+    /// `claim(i)` leases each filled item's page just before its copy is queued, keeping the
+    /// lease until told, or returns `false` (not copied, no `done`), so no lease spans a fill; `done(i, r)` reports each other item exactly
     /// once — `Ok` when its copy has completed (its lease may end now), an error when the pool
     /// refused it before filling (fencing). An `Err` return means the copies stopped (the
     /// device failed): every item without a `done` was not copied, and nothing is still in
@@ -77,6 +78,7 @@ pub trait StagedLoad {
         &self,
         items: &[Item],
         fill: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+        claim: &mut dyn FnMut(usize) -> bool,
         done: &mut dyn FnMut(usize, Result<()>),
     ) -> Result<()>;
 }

@@ -357,8 +357,8 @@ struct StagedPage {
 }
 
 /// Copies a pool's staged pages as one batch: the store reads each record straight into the
-/// pool's staging memory, then the page is leased (refused if the engine reused it during the
-/// read) until its copy has completed. A page whose record is gone or fails verification is
+/// pool's staging memory; once a staging batch is read, each of its pages is leased (refused
+/// if the engine reused it during the reads) until its copy has completed. A page whose record is gone or fails verification is
 /// never copied (`Missing`); one the pool refuses gets its fencing status; if the device
 /// fails, the pages not yet done stay `Refused`. Returns the bytes copied.
 fn load_staged(
@@ -383,16 +383,7 @@ fn load_staged(
         &mut |i, dst| {
             let (_, pin, span) = rest[i];
             match store.read_pinned_into(pin, span.record, span.from, dst) {
-                Ok(true) => match PageLease::take(pool.clone(), items[i].page) {
-                    Ok(lease) => {
-                        leases[i].set(Some(lease));
-                        true
-                    }
-                    Err(e) => {
-                        outcome[i].set(status_of(&e));
-                        false
-                    }
-                },
+                Ok(true) => true,
                 Ok(false) => {
                     outcome[i].set(PageStatus::Missing);
                     false
@@ -401,6 +392,18 @@ fn load_staged(
                     outcome[i].set(PageStatus::BadRecord);
                     false
                 }
+            }
+        },
+        // Every read of the batch done: the page is leased (refused if the engine reused it
+        // meanwhile) until its copy has completed.
+        &mut |i| match PageLease::take(pool.clone(), items[i].page) {
+            Ok(lease) => {
+                leases[i].set(Some(lease));
+                true
+            }
+            Err(e) => {
+                outcome[i].set(status_of(&e));
+                false
             }
         },
         &mut |i, r| {

@@ -1,6 +1,6 @@
-//! A Load holds no page lease while the store reads a record: an engine that gives up on a
-//! Load during a slow read (a stalled disk) reuses the page at once, and the record read after
-//! is then never copied into it. Through the daemon's Load path, into a host pool (page by
+//! A Load holds no page lease while the store reads a record, its own page's or another's: an
+//! engine that gives up on a Load during a slow read (a stalled disk) reuses the page at once,
+//! and the record read after is then never copied into it. Through the daemon's Load path, into a host pool (page by
 //! page) and into a pool with staging memory (in batches).
 
 mod common;
@@ -63,6 +63,11 @@ fn load_with_reuses_mid_read(
             }) else {
                 return;
             };
+            // No page of the Load is held while a record is read, not even one read before.
+            for p in 0..RECORDS as u32 {
+                let held = engine.leases(p).unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(held, 0, "page {p} leased while record {i} is read");
+            }
             let mut reused = reused.lock().unwrap_or_else(|e| e.into_inner());
             if i % 2 == 1 && !reused.contains_key(&i) {
                 reused.insert(i, engine.reuse(i as u32).is_ok());

@@ -73,14 +73,16 @@ impl DeviceCopier {
                 dst.copy_from_slice(sources[i]);
                 true
             },
+            |_| true,
             done,
         )
     }
 
     /// Copies `items` into `region` in batches: `fill(i, dst)` writes item `i`'s packed bytes
     /// straight into the staging half (or returns `false`: the item's page is then not
-    /// touched); each batch is queued as coalesced copies and an event, and while the device
-    /// drains it the other half is filled; `done(i)` follows each filled item's completion, in
+    /// touched); once the batch is filled, `claim(i)` is asked for each filled item (`false`:
+    /// not copied); each batch is queued as coalesced copies and an event, and while the device
+    /// drains it the other half is filled; `done(i)` follows each claimed item's completion, in
     /// batch order. On an error the stream is drained before returning, so no copy is still in
     /// flight into a page whose lease the caller then ends.
     pub fn load_with(
@@ -89,11 +91,14 @@ impl DeviceCopier {
         spec: &PoolSpec,
         items: &[Item],
         mut fill: impl FnMut(usize, &mut [u8]) -> bool,
+        mut claim: impl FnMut(usize) -> bool,
         mut done: impl FnMut(usize),
     ) -> Result<()> {
         let Self { stream, halves } = self;
         let _drain = DrainOnUnwind(stream);
-        let r = load_batches(stream, halves, region, spec, items, &mut fill, &mut done);
+        let r = load_batches(
+            stream, halves, region, spec, items, &mut fill, &mut claim, &mut done,
+        );
         if r.is_err() {
             let _ = stream.synchronize();
         }
@@ -192,6 +197,10 @@ fn hand_out(b: &Batch, half: &Pinned, out: &mut impl FnMut(usize, &[u8])) -> Res
 
 /// [`DeviceCopier::load_with`]'s batches, on the copier's two parts borrowed apart (a guard
 /// holds the stream meanwhile).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the copier's two parts borrowed apart, the batch's geometry and its three callbacks"
+)]
 fn load_batches(
     stream: &Stream,
     halves: &mut [Pinned; 2],
@@ -199,6 +208,7 @@ fn load_batches(
     spec: &PoolSpec,
     items: &[Item],
     fill: &mut impl FnMut(usize, &mut [u8]) -> bool,
+    claim: &mut impl FnMut(usize) -> bool,
     done: &mut impl FnMut(usize),
 ) -> Result<()> {
     let batches = plan(spec, items, halves[0].as_slice().len())?;
@@ -220,6 +230,8 @@ fn load_batches(
                 filled.push((i, b.item_offsets[j]));
             }
         }
+        // Claimed once the whole batch is filled: no page is held while another is read.
+        filled.retain(|&(i, _)| claim(i));
         for c in strided_copies(spec, filled.iter().map(|&(i, at)| (&items[i], at)))? {
             let dst = region.at(c.device_offset, span(&c)?)?;
             if c.rows == 1 {

@@ -194,6 +194,7 @@ impl StagedLoad for CudaPool {
         &self,
         items: &[Item],
         fill: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+        claim: &mut dyn FnMut(usize) -> bool,
         done: &mut dyn FnMut(usize, Result<()>),
     ) -> Result<()> {
         self.check_attached()?;
@@ -211,6 +212,7 @@ impl StagedLoad for CudaPool {
             &self.spec,
             items,
             |i, dst| fenced[i] && fill(i, dst),
+            claim,
             |i| done(i, Ok(())),
         )
     }

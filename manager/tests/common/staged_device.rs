@@ -99,6 +99,7 @@ impl StagedLoad for StandInDevice {
         &self,
         items: &[Item],
         fill: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+        claim: &mut dyn FnMut(usize) -> bool,
         done: &mut dyn FnMut(usize, orbitkv_gpu_bridge::Result<()>),
     ) -> orbitkv_gpu_bridge::Result<()> {
         let mut staging = vec![0u8; STAGING];
@@ -124,14 +125,17 @@ impl StagedLoad for StandInDevice {
                     continue;
                 }
                 if fill(i, &mut staging[b.staged(j)]) {
-                    let held = self.states.state(page.index).map(|s| leases_of(s.load()));
-                    assert!(
-                        matches!(held, Ok(n) if n > 0),
-                        "page {} filled but not leased",
-                        page.index
-                    );
                     filled.push((i, b.item_offsets[j]));
                 }
+            }
+            filled.retain(|&(i, _)| claim(i));
+            for &(i, _) in &filled {
+                let index = items[i].page.index;
+                let held = self.states.state(index).map(|s| leases_of(s.load()));
+                assert!(
+                    matches!(held, Ok(n) if n > 0),
+                    "page {index} copied but not leased"
+                );
             }
             let mut memory = self.memory.lock().unwrap_or_else(|e| e.into_inner());
             for c in copies(&self.spec, filled.iter().map(|&(i, at)| (&items[i], at)))? {
