@@ -339,7 +339,7 @@ impl Connection {
         stream
             .set_write_timeout(seconds(send_timeout))
             .map_err(|e| lost(py, format!("{}: {e}", path.display())))?;
-        let daemon = peer_pid(&stream).map(Process::new);
+        let daemon = peer_pid(&stream).and_then(Process::new);
         let read_half = stream
             .try_clone()
             .map_err(|e| lost(py, format!("{}: {e}", path.display())))?;
@@ -372,11 +372,12 @@ impl Connection {
         self.daemon.map(|d| d.pid)
     }
 
-    /// Whether the daemon's process still runs (or is stopped) — the one this connection
-    /// reached, not a process that took its id since; `None` where it cannot be told. While it
-    /// lives, a copy it holds a page lease for may still land in the page.
-    fn daemon_alive(&self) -> Option<bool> {
-        self.daemon.map(|d| d.alive())
+    /// What the daemon's process this connection reached is doing: `"running"`, `"stopped"`
+    /// (a thread stopped by a signal or a debugger: a copy it is in the middle of may land when
+    /// it resumes) or `"gone"` (exited, or its id names another process now); `None` where it
+    /// cannot be told (another PID namespace, `/proc` hidden).
+    fn daemon_state(&self) -> Option<&'static str> {
+        self.daemon.map(|d| d.state().name())
     }
 
     /// The socket this connection answered at.

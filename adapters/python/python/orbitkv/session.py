@@ -199,9 +199,10 @@ def settle(
     daemon's lands in a page the engine reuses (a leased page refuses the move). A page still
     leased at the deadline is revoked: moved to a new generation all the same, so a copy out
     of it still running is discarded by the daemon. A copy into a page cannot be discarded: for
-    a Load (`copying_in`, the connection it went on) a page is waited for past the deadline for
-    as long as the daemon's process lives (stopped, or stalled in the copy), and revoked once it
-    is gone; where the process cannot be told (another PID namespace), at the deadline."""
+    a Load (`copying_in`, the connection it went on) a page is waited for past the deadline
+    while the daemon's process is stopped (a signal, a debugger: it may resume mid-copy). A
+    running daemon does not take that long over a copy (no lease spans its reads), and a gone
+    one copies nothing: then, or where its process cannot be told, the page is revoked."""
     deadline = time.monotonic() + timeout
     revoked: list[int] = []
     for page in pages:
@@ -213,13 +214,13 @@ def settle(
             except orbitkv.OrbitKVError:
                 now = time.monotonic()
                 if now > deadline:
-                    if copying_in is not None and copying_in.daemon_alive():
+                    if copying_in is not None and copying_in.daemon_state() == "stopped":
                         if now - told >= STUCK_LOG_EVERY:
                             told = now
                             log.error(
                                 "OrbitKV: page %d stays leased by the daemon (pid %s), which is "
-                                "alive but does not finish its copy into it (stopped?); waiting, "
-                                "so that no late copy lands in a reused page",
+                                "stopped (a signal, a debugger); waiting, so that no late copy "
+                                "lands in a reused page",
                                 page,
                                 copying_in.daemon_pid,
                             )
@@ -240,6 +241,6 @@ def settle(
             timeout,
             revoked[:16],
             "; a copy into them may still land"
-            if copying_in is not None and copying_in.daemon_alive() is None
+            if copying_in is not None and copying_in.daemon_state() is None
             else "",
         )

@@ -27,6 +27,8 @@ log = logging.getLogger("orbitkv.vllm")
 
 # The rank's pool id.
 POOL = 1
+# How long a pool registration waits for its reply: it runs in a worker's step, on a seal.
+POOL_WAIT = 30.0
 
 
 class Fence(Protocol):
@@ -187,7 +189,7 @@ class StagedMemory(PageMemory):
         self._pages = data[self.states.data_offset :].view(pages, most, layer_bytes)
 
     def register(self, conn: orbitkv.Connection, token: bytes) -> None:
-        conn.register_pool(token, self.states)
+        conn.register_pool(token, self.states, timeout=POOL_WAIT)
 
     def before_publish(self, group: int, block: int) -> None:
         import torch
@@ -217,7 +219,9 @@ class InPlaceMemory(PageMemory):
         self._region, self._offset = found
 
     def register(self, conn: orbitkv.Connection, token: bytes) -> None:
-        conn.register_engine_memory_pool(token, self.states, self._region.pool.fd, self._offset)
+        conn.register_engine_memory_pool(
+            token, self.states, self._region.pool.fd, self._offset, timeout=POOL_WAIT
+        )
 
 
 class DeviceMemory(PageMemory):
@@ -245,7 +249,13 @@ class DeviceMemory(PageMemory):
 
     def register(self, conn: orbitkv.Connection, token: bytes) -> None:
         conn.register_device_pool(
-            token, self.states, self._device, self._handle, self._offset, self._uuid
+            token,
+            self.states,
+            self._device,
+            self._handle,
+            self._offset,
+            self._uuid,
+            timeout=POOL_WAIT,
         )
 
     def fence(self) -> Fence | None:
