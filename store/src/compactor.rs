@@ -288,6 +288,14 @@ impl StateStore {
             if pinned.contains(&id) {
                 continue; // a pinned record's bytes stay where the pin names them
             }
+            if self
+                .uncompactable
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&id)
+            {
+                continue;
+            }
             let Some(file) = self.sealed_file(w, id) else {
                 continue;
             };
@@ -319,8 +327,13 @@ impl StateStore {
                 let payload = match payload {
                     Ok(p) => p,
                     // The bytes may be sound (a transient error): the compaction stops, its
-                    // inputs kept, rather than drop a live record.
+                    // inputs kept, rather than drop a live record; later ones leave the
+                    // segment out until the store is opened again.
                     Err(EntryError::Io(source)) => {
+                        self.uncompactable
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(id);
                         return Err(Error::Io {
                             path: file.path.clone(),
                             op: "read",

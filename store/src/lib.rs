@@ -173,6 +173,9 @@ pub struct StateStore {
     index: Index,
     segments: RwLock<BTreeMap<u64, Arc<SegmentFile>>>,
     quarantined: RwLock<HashSet<u64>>,
+    /// Segments a compaction could not read (an I/O error): left out of later compactions until
+    /// the store is opened again, so one bad sector does not stop every compaction.
+    uncompactable: Mutex<HashSet<u64>>,
     writer: Mutex<Writer>,
     stats: Stats,
     report: RecoveryReport,

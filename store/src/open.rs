@@ -4,7 +4,7 @@
 //! A read-only open changes nothing on disk and refuses puts.
 //! A recovered active segment that cannot be sealed leaves the store open for reads only.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -211,6 +211,7 @@ impl StateStore {
             index,
             segments: RwLock::new(segments),
             quarantined: RwLock::new(quarantined),
+            uncompactable: Mutex::new(HashSet::new()),
             writer: Mutex::new(writer),
             stats,
             report,

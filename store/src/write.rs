@@ -5,7 +5,7 @@
 //! With [`Durability::EveryPut`] a record is indexed only once it is durable.
 //! With [`Durability::Group`] records are held back until a sync or seal makes them durable.
 //! A failed write or fsync loses the records since the last good sync and seals the segment off.
-//! No space refuses puts for [`NO_SPACE_RETRY`] and keeps reads served.
+//! No space does the same and refuses puts for [`NO_SPACE_RETRY`]; durable records stay served.
 //! This file is over 500 lines: the put path and its failure policy are reviewed together.
 
 use std::path::Path;
@@ -28,7 +28,7 @@ use crate::io::OpenMode;
 use crate::open::now_ms;
 use crate::reclaimer::{Log, Policy};
 use crate::stats::Stats;
-use crate::{Durability, MAX_BUNDLE_BYTES, NO_SPACE_RETRY, StateStore, Writer};
+use crate::{Durability, MAX_BUNDLE_BYTES, MAX_MANIFEST_BYTES, NO_SPACE_RETRY, StateStore, Writer};
 
 /// A bundle made ready for [`StateStore::put_frames`] without the writer's lock: encoded from
 /// its payloads ([`StateStore::prepare`]) or its frames gathered into one write buffer
@@ -209,8 +209,9 @@ impl StateStore {
             let seq = w.take_sequence();
             match w.manifest.checkpoint(self.io.as_ref(), seq) {
                 Ok(()) => {}
-                // The manifest is as it was: appends go on, and a later seal tries again.
-                Err(f) if !f.replaced => {
+                // The manifest is as it was: appends go on, and a later seal tries again,
+                // while the manifest stays well short of what an open reads.
+                Err(f) if !f.replaced && w.manifest.len() < MAX_MANIFEST_BYTES / 2 => {
                     tracing::warn!("manifest checkpoint failed, tried again later: {}", f.error);
                 }
                 Err(f) => {

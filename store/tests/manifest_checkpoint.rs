@@ -56,9 +56,9 @@ fn a_checkpoint_failing_before_its_rename_is_tried_again() {
         store
     };
     let store = mk(&io);
-    // The checkpoint's temporary file cannot be made (as on a full disk).
+    // The checkpoint's temporary file is made but cannot be written (as on a full disk).
     io.set_plan(FaultPlan {
-        fail_opens_of: Some("manifest.tmp".to_owned()),
+        fail_writes_of: Some("manifest.tmp".to_owned()),
         ..FaultPlan::default()
     });
     for i in 0..60 {

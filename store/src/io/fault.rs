@@ -35,6 +35,8 @@ pub struct FaultPlan {
     pub space_bytes: Option<u64>,
     /// Reads of files whose path contains this fail with EIO.
     pub fail_reads_of: Option<String>,
+    /// Writes to files whose path contains this fail with EIO.
+    pub fail_writes_of: Option<String>,
     /// Reads covering this byte of files whose path contains this fail with EIO (a bad
     /// sector).
     pub fail_read_at: Option<(String, u64)>,
@@ -342,7 +344,10 @@ impl IoFile for FaultFile {
         s.op()?;
         s.counters.writes += 1;
         let n = s.counters.writes;
-        if s.plan.fail_write == Some(n) || s.plan.fail_writes_from.is_some_and(|f| n >= f) {
+        if s.plan.fail_write == Some(n)
+            || s.plan.fail_writes_from.is_some_and(|f| n >= f)
+            || State::matches(s.plan.fail_writes_of.as_ref(), &self.path)
+        {
             return Err(eio("write"));
         }
         if let Some(limit) = s.plan.space_bytes
