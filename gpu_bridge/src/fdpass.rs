@@ -1,6 +1,7 @@
 //! Passing a pool region's descriptor over a Unix socket (`SCM_RIGHTS`), with a small message
 //! beside it: how an engine hands its host pool to the manager. Also the socket calls std has no
-//! wrapper for that the manager's replies need (a send that never waits).
+//! wrapper for that the manager's replies need (a send that never waits), and a peer's
+//! credentials (`SO_PEERCRED`), which the manager checks and an engine notes of its daemon.
 
 use std::io;
 use std::mem::size_of;
@@ -168,6 +169,49 @@ pub fn send_nonblocking(sock: &UnixStream, bytes: &[u8]) -> io::Result<usize> {
             return Err(e);
         }
     }
+}
+
+/// A peer's credentials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCred {
+    /// Process id.
+    pub pid: i32,
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
+
+/// The credentials of `s`'s peer, as the kernel recorded them at connect.
+#[expect(
+    unsafe_code,
+    reason = "getsockopt(SO_PEERCRED) has no safe wrapper in std"
+)]
+pub fn peer_cred(s: &UnixStream) -> io::Result<PeerCred> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`, a live local of that size.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            std::ptr::from_mut(&mut cred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(PeerCred {
+        pid: cred.pid,
+        uid: cred.uid,
+        gid: cred.gid,
+    })
 }
 
 #[cfg(test)]

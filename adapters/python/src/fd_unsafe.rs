@@ -1,7 +1,7 @@
-//! The calls on descriptors that std has no safe form of: borrowing a descriptor the Python
-//! caller names by number (an engine's memory: SGLang's shared-memory host pool), waiting for a
-//! socket to become readable with a deadline, and a socket peer's process id. The only `unsafe`
-//! of the native module.
+//! The two calls on descriptors that std has no safe form of: borrowing a descriptor the
+//! Python caller names by number (an engine's memory: SGLang's shared-memory host pool), and
+//! waiting for a socket to become readable with a deadline. The only `unsafe` of the native
+//! module.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
@@ -61,31 +61,4 @@ pub(crate) fn readable(stream: &UnixStream, timeout: Option<Duration>) -> io::Re
             return Err(e);
         }
     }
-}
-
-/// The process id of `stream`'s peer as the kernel recorded it at connect (`SO_PEERCRED`);
-/// `None` where it is not visible from this process's PID namespace.
-#[expect(unsafe_code, reason = "getsockopt(2) has no safe wrapper in std")]
-pub(crate) fn peer_pid(stream: &UnixStream) -> Option<u32> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: `cred` and `len` live across the call and `len` is `cred`'s size; `stream` keeps
-    // its descriptor open.
-    let r = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            std::ptr::from_mut(&mut cred).cast(),
-            &mut len,
-        )
-    };
-    if r != 0 || cred.pid <= 0 {
-        return None;
-    }
-    u32::try_from(cred.pid).ok()
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use pyo3::prelude::*;
 
 use orbitkv_adapters::process::Process;
-use orbitkv_gpu_bridge::fdpass::send_with_fds;
+use orbitkv_gpu_bridge::fdpass::{peer_cred, send_with_fds};
 use orbitkv_gpu_bridge::{PageMemory, PageRef, PoolId};
 use orbitkv_protocol::message::{
     GroupHashes, LoadPage, LoadRequest, MAX_NAME, PublishPage, PublishRequest, QueryRequest,
@@ -28,7 +28,7 @@ use orbitkv_protocol::{DEFAULT_MAX_BODY, Message, Role, discover, read_frame};
 use orbitkv_state::HashDomain;
 
 use crate::errors::{DaemonNotFound, TimedOut, error, invalid, lost, refused, violation};
-use crate::fd_unsafe::{peer_pid, with_borrowed};
+use crate::fd_unsafe::with_borrowed;
 use crate::inbox::{Ended, READ_SLICE, Shared, Unanswered};
 use crate::layout::rule;
 use crate::pool::HostPool;
@@ -339,7 +339,12 @@ impl Connection {
         stream
             .set_write_timeout(seconds(send_timeout))
             .map_err(|e| lost(py, format!("{}: {e}", path.display())))?;
-        let daemon = peer_pid(&stream).and_then(Process::new);
+        // Where its id is visible from here (not in another PID namespace).
+        let daemon = peer_cred(&stream)
+            .ok()
+            .and_then(|c| u32::try_from(c.pid).ok())
+            .filter(|&pid| pid > 0)
+            .and_then(Process::new);
         let read_half = stream
             .try_clone()
             .map_err(|e| lost(py, format!("{}: {e}", path.display())))?;
