@@ -34,21 +34,26 @@ fn reopen(io: &FaultIo) -> StateStore {
     .unwrap()
 }
 
+/// A store of 40 records, the even ones put again (their first versions dead), reopened so
+/// that the segment active at the end is sealed and listed too.
+fn half_superseded(io: &FaultIo) -> StateStore {
+    let s = open(io, SEG, Durability::EveryPut);
+    for i in 0..40 {
+        put_version(&s, i, 0);
+    }
+    for i in (0..40).step_by(2) {
+        put_version(&s, i, 1);
+    }
+    drop(s);
+    reopen(io)
+}
+
 #[test]
 fn a_compaction_failing_at_any_sync_leaves_no_output_listed() {
     let mut failures = 0;
     for k in 1..=40u64 {
         let io = FaultIo::new();
-        let s = open(&io, SEG, Durability::EveryPut);
-        for i in 0..40 {
-            put_version(&s, i, 0);
-        }
-        for i in (0..40).step_by(2) {
-            put_version(&s, i, 1);
-        }
-        // Reopened, so the segment active at the end is sealed and listed too.
-        drop(s);
-        let s = reopen(&io);
+        let s = half_superseded(&io);
         let before = listed(&s);
         io.set_plan(FaultPlan {
             fail_sync: Some(k),
@@ -88,15 +93,7 @@ fn a_compaction_failing_at_any_sync_leaves_no_output_listed() {
 #[test]
 fn a_read_failing_under_a_compaction_keeps_the_live_record() {
     let io = FaultIo::new();
-    let s = open(&io, SEG, Durability::EveryPut);
-    for i in 0..40 {
-        put_version(&s, i, 0);
-    }
-    for i in (0..40).step_by(2) {
-        put_version(&s, i, 1);
-    }
-    drop(s);
-    let s = reopen(&io);
+    let s = half_superseded(&io);
     // A live record of the first segment (odd keys were put once) sits on a sector that
     // fails to read for a while.
     let rec = s.index().get(&key(1)).unwrap();

@@ -12,16 +12,21 @@ use orbitkv_store::io::Io;
 use orbitkv_store::io::fault::{Crash, FaultIo, FaultPlan};
 use orbitkv_store::{Durability, StateStore};
 
+/// A store of small segments whose manifest is checkpointed every 8 records.
+fn mk(io: &FaultIo) -> StateStore {
+    let mut c = config(8 << 10, Durability::EveryPut);
+    c.checkpoint_every = 8;
+    let store =
+        StateStore::open(Arc::new(io.clone()) as Arc<dyn Io>, c).unwrap_or_else(|e| panic!("{e}"));
+    store
+        .register_namespace(NS, info())
+        .unwrap_or_else(|e| panic!("{e}"));
+    store
+}
+
 #[test]
 fn checkpoints_keep_the_manifest_short_and_complete() {
     let io = FaultIo::new();
-    let mk = |io: &FaultIo| {
-        let mut c = config(8 << 10, Durability::EveryPut);
-        c.checkpoint_every = 8;
-        let store = StateStore::open(Arc::new(io.clone()) as Arc<dyn Io>, c).unwrap();
-        store.register_namespace(NS, info()).unwrap();
-        store
-    };
     let store = mk(&io);
     put_range(&store, 6, 0, 200, 3000); // one segment each: ~600 lifecycle records
     // The log holds one checkpoint and at most `checkpoint_every` records after it.
@@ -48,13 +53,6 @@ fn checkpoints_keep_the_manifest_short_and_complete() {
 #[test]
 fn a_checkpoint_failing_before_its_rename_is_tried_again() {
     let io = FaultIo::new();
-    let mk = |io: &FaultIo| {
-        let mut c = config(8 << 10, Durability::EveryPut);
-        c.checkpoint_every = 8;
-        let store = StateStore::open(Arc::new(io.clone()) as Arc<dyn Io>, c).unwrap();
-        store.register_namespace(NS, info()).unwrap();
-        store
-    };
     let store = mk(&io);
     // The checkpoint's temporary file is made but cannot be written (as on a full disk).
     io.set_plan(FaultPlan {
