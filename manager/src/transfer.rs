@@ -358,9 +358,10 @@ struct StagedPage {
 
 /// Copies a pool's staged pages as one batch: the store reads each record straight into the
 /// pool's staging memory; once a staging batch is read, each of its pages is leased (refused
-/// if the engine reused it during the reads) until its copy has completed. A page whose record is gone or fails verification is
-/// never copied (`Missing`); one the pool refuses gets its fencing status; if the device
-/// fails, the pages not yet done stay `Refused`. Returns the bytes copied.
+/// if the engine reused it during the reads) until its copy has completed. A page whose record
+/// is gone or fails verification is never copied (`Missing`); one the pool refuses gets its
+/// fencing status; if the device fails, the pages not yet done stay `Refused`. Returns the
+/// bytes copied.
 fn load_staged(
     store: &StateStore,
     pool: &Arc<dyn PagePool>,
