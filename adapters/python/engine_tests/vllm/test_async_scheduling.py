@@ -45,15 +45,19 @@ def test_a_lease_outlives_the_step_scheduled_before_its_load(
         b = c.new_request("B", prompt(1))
         assert answered(c, b) == 5 * BLOCK
         c.scheduler.add_request(b)
-        # Step N+1 is scheduled (B's lease acquired) before step N's output comes back.
+        # Step N+1 is scheduled (B's lease acquired, its load in the step) before step N's
+        # output comes back.
         step_n1 = c.scheduler.schedule()
-        assert [x.num_computed_tokens for x in step_n1.scheduled_new_reqs] == [5 * BLOCK]
+        assert b.status == RequestStatus.WAITING_FOR_REMOTE_KVS
         c.update(step_n, out_n)
         assert c.orbitkv.scheduler.leases, "B's lease is still held"
         out_n1 = c.run_workers(step_n1)
         assert not out_n1.invalid_block_ids, "B's load ran under its lease"
+        assert out_n1.finished_recving == {"B"}
         c.update(step_n1, out_n1)
         assert not c.orbitkv.scheduler.leases, "given back once the workers loaded"
+        step = c.step()
+        assert [x.num_computed_tokens for x in step.scheduled_new_reqs] == [5 * BLOCK]
         c.run()
     finally:
         c.close()

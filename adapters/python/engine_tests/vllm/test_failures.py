@@ -1,11 +1,14 @@
 """Failures never fail a request: a daemon lost between Query and Acquire, or during a Load,
-shows as load errors and vLLM's real scheduler recomputes those blocks with the request still
-running; a daemon that stops answering delays one request by the Query deadline, not every
-request for good, and a lease it grants after the Acquire's wait is given back at once; a
-restarted daemon is registered with again in the background and serves the records it kept."""
+shows as load errors of the request's asynchronous load, and vLLM's real scheduler recomputes
+those blocks before it computes anything over them (so nothing computed over a failed load is
+published), without asking the daemon again. A daemon that stops answering delays one request
+by the Query deadline, not every request for good; a lease it grants after the Acquire's wait
+is given back at once; a publish it never copies is revoked. A restarted daemon is registered
+with again in the background and serves the records it kept."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -14,7 +17,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orbitkv
 import orbitkv.vllm.scheduler
+import orbitkv.vllm.worker
 import pytest
 from daemon import Daemon
 from harness import BLOCK, Instance
@@ -72,7 +77,8 @@ def test_a_daemon_lost_between_query_and_acquire(own_daemon: Daemon, model_dir: 
     side.after_alloc = after_alloc  # type: ignore[method-assign]
     try:
         start, r = run_through(c, "r")
-        assert start == 4 * BLOCK, "the Query proved four blocks"
+        assert side.stats["queries"] == 1, "asked once"
+        assert start == 0, "the four blocks the Query proved are recomputed"
         assert side.stats["lost_blocks"] == 4, "the failed Acquire lost them all"
         assert r.num_output_tokens == 2, "recomputed, then decoded as usual"
     finally:
@@ -98,7 +104,8 @@ def test_a_record_evicted_between_query_and_acquire(tmp_path: Path, model_dir: P
         side.after_alloc = after_alloc  # type: ignore[method-assign]
         try:
             start, r = run_through(c, "r")
-            assert start == 4 * BLOCK, "the Query proved four blocks"
+            assert side.stats["queries"] == 1, "asked once"
+            assert start == 0, "the four blocks the Query proved are recomputed"
             assert side.stats["lost_blocks"] == 4, "the Acquire proved none of them"
             assert c.worker.worker.stats["loaded_bytes"] == 0, "nothing loaded"
             assert r.num_output_tokens == 2, "recomputed, then decoded as usual"
@@ -122,7 +129,7 @@ def test_a_daemon_lost_during_the_load(own_daemon: Daemon, model_dir: Path) -> N
     worker.load = load  # type: ignore[method-assign]
     try:
         start, r = run_through(c, "r")
-        assert start == 4 * BLOCK
+        assert start == 0, "recomputed from the first block"
         assert worker.stats["load_failures"] == 4
         assert r.num_output_tokens == 2
     finally:
@@ -169,9 +176,30 @@ def test_a_stale_generation_is_a_load_error(own_daemon: Daemon, model_dir: Path)
         return generation
 
     worker._fresh = fresh  # type: ignore[method-assign]
+    real_save = worker.save
+    published = 0
+
+    def save(meta: OrbitKVMetadata) -> None:
+        # What a step publishes was computed over the blocks before it: they hold what the
+        # forward pass wrote, never what a failed load left.
+        nonlocal published
+        for p in meta.publishes:
+            if p.request == "r":
+                r = c.scheduler.requests["r"]
+                blocks = c.scheduler.kv_cache_manager.get_block_ids("r")[0]
+                for i in range(p.start // BLOCK):
+                    assert c.page(blocks[i]) == c.expected(bytes(r.block_hashes[i]))
+                published += 1
+        real_save(meta)
+
+    worker.save = save  # type: ignore[method-assign]
+    # Two blocks past the four published: the step after the load computes and publishes them.
+    longer = prompt(0)[:-1] + [(i * 7 + 3) % 1000 for i in range(2 * BLOCK)] + [2]
     try:
-        start, r = run_through(c, "r")
-        assert start == 4 * BLOCK
+        start, r = c.scheduled("r", longer)
+        assert published == 6
+        assert start == 0, "recomputed from the first block"
+        assert c.connector.scheduler.stats["queries"] == 1, "asked once"
         assert worker.stats["load_failures"] == 4
         assert sum(v for k, v in worker.stats.total.items() if k.startswith("load_")) > 4
         assert r.num_output_tokens == 2
@@ -240,7 +268,7 @@ def test_a_lease_granted_after_its_wait_is_given_back(
 
     try:
         start, r = run_through(c, "r")
-        assert start == 4 * BLOCK, "the Query proved four blocks"
+        assert start == 0, "the four blocks the Query proved are recomputed"
         assert side.stats["acquire_failures"] == 1
         assert r.num_output_tokens == 2, "recomputed, then decoded as usual"
         time.sleep(1.2)
@@ -250,5 +278,111 @@ def test_a_lease_granted_after_its_wait_is_given_back(
             time.sleep(0.05)
         assert leases() == 0, "the late lease was given back, not left to its TTL"
         assert not side.late
+    finally:
+        c.close()
+
+
+def test_a_lease_of_an_earlier_epoch_is_not_loaded_from(
+    own_daemon: Daemon, model_dir: Path
+) -> None:
+    """A Load goes under the epoch its lease was acquired in: once the instance sealed again
+    (a daemon restart numbers leases from 1 again), the lease may name another request's
+    records, so its pages fail without a Load being sent."""
+    publish(model_dir, own_daemon.socket)
+    c = Instance(model_dir, "consumer", own_daemon.socket)
+    worker = c.worker.worker
+    real = worker.load
+
+    def load(meta: OrbitKVMetadata) -> None:
+        meta.loads = [dataclasses.replace(s, epoch=s.epoch - 1) for s in meta.loads]
+        real(meta)
+
+    worker.load = load  # type: ignore[method-assign]
+    try:
+        start, r = run_through(c, "r")
+        assert start == 0, "recomputed"
+        assert worker.stats["load_failures"] == 4
+        assert worker.stats["loaded_bytes"] == 0
+        assert r.num_output_tokens == 2
+    finally:
+        c.close()
+
+
+def test_a_publish_the_daemon_never_copies_is_revoked_and_its_blocks_freed(
+    own_daemon: Daemon, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon that holds the connection but copies nothing (stopped) keeps no finished
+    request's blocks past the copy wait: its pages are revoked, so the copy it makes once it
+    runs again is discarded rather than stored from blocks vLLM reused."""
+    monkeypatch.setattr(orbitkv.vllm.worker, "COPIED_WAIT", 0.5)
+    p = Instance(model_dir, "producer", own_daemon.socket)
+    worker = p.worker.worker
+    real = worker._submit
+
+    def submit(pages: list[orbitkv.vllm.worker.PublishPage], requests: set[str]) -> None:
+        own_daemon.pause()
+        real(pages, requests)
+
+    worker._submit = submit  # type: ignore[method-assign]
+    try:
+        t0 = time.monotonic()
+        p.request("w", prompt(0))
+        p.run(seconds=10.0)
+        assert time.monotonic() - t0 < 5.0, "blocks freed after the copy wait"
+        assert "w" in p.freed
+        assert worker.stats["publish_failures"] == 4
+    finally:
+        own_daemon.resume()
+        p.close()
+    c = Instance(model_dir, "consumer", own_daemon.socket)
+    try:
+        assert run_through(c, "r")[0] == 0, "the late copy was discarded, not stored"
+    finally:
+        c.close()
+
+
+class RefusingAcquires:
+    """A connection whose Acquires the daemon refuses (`retry_later`); all else passes."""
+
+    def __init__(self, conn: orbitkv.Connection) -> None:
+        self.conn = conn
+
+    def submit_acquire(self, *args: object) -> int:
+        e = orbitkv.RefusedError("retry later: a proven record left the store")
+        e.code = "retry_later"
+        raise e
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.conn, name)
+
+
+def test_a_refused_acquire_is_a_miss_and_keeps_the_connection(
+    own_daemon: Daemon, model_dir: Path
+) -> None:
+    """A refusal is a miss: the connection and the instance's seal stay, and the next request
+    is served (dropping the connection would leave the scheduler registering alone, in a round
+    the sealed workers never join)."""
+    publish(model_dir, own_daemon.socket, prompts=2)
+    c = Instance(model_dir, "consumer", own_daemon.socket)
+    side = c.connector.scheduler
+    assert side.session is not None
+    conn = side.session.conn
+    real = side._sealed
+    refusing = True
+
+    def sealed() -> tuple[orbitkv.Connection, orbitkv.Sealed] | None:
+        live = real()
+        if live is None or not refusing:
+            return live
+        return RefusingAcquires(live[0]), live[1]  # type: ignore[return-value]
+
+    side._sealed = sealed  # type: ignore[method-assign]
+    try:
+        start, r = run_through(c, "refused", 0)
+        assert start == 0 and side.stats["acquire_failures"] == 1
+        assert r.num_output_tokens == 2
+        refusing = False
+        assert side.session.conn is conn, "the connection stays"
+        assert run_through(c, "served", 1)[0] == 4 * BLOCK
     finally:
         c.close()

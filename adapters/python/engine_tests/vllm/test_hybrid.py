@@ -104,17 +104,25 @@ def test_a_block_handed_out_while_its_publish_copies_waits_for_the_copy(
     daemon: Daemon, model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A window block leaves the window and vLLM hands it out again at once: before the step
-    that writes it runs, the worker waits for the publish still copying out of it."""
+    that writes it runs, the worker waits for the publish still copying out of it, and revokes
+    its pages if the copy is not out by then (the daemon discards a late copy)."""
     inst = Instance(model_dir, "hy-reuse", daemon.socket, window=WINDOW)
     side = inst.worker.worker
     waits: list[float] = []
     monkeypatch.setattr(side, "_poll", lambda timeout=0.0: waits.append(timeout))
     try:
-        side.in_flight.append(worker.Published(request_id=1, requests={"r"}, blocks=[7, 8]))
+        conn = side.session.conn
+        assert conn is not None and side.pool is not None
+        published = worker.Published(1, {"r"}, [7, 8], conn, time.monotonic())
+        side.in_flight.append(published)
         side.preempted(OrbitKVMetadata(allocated={3, 4}))
         assert waits == [], "no block of a publish in flight handed out"
+        assert side.in_flight == [published]
+        before = [side.pool.generation(b) for b in (7, 8)]
         side.preempted(OrbitKVMetadata(allocated={8}))
         assert waits == [worker.COPIED_WAIT]
+        assert side.in_flight == [], "given up on once the wait is over"
+        assert [side.pool.generation(b) for b in (7, 8)] != before, "its pages revoked"
     finally:
         side.in_flight.clear()
         inst.close()

@@ -193,6 +193,8 @@ def settle(
     pages: list[int],
     timeout: float,
     copying_in: orbitkv.Connection | None = None,
+    *,
+    via: orbitkv.Connection | None = None,
 ) -> None:
     """After a Load or Publish whose reply will not come: waits (up to `timeout`) until the
     daemon holds none of `pages` and moves each to a new generation, so no late copy of the
@@ -202,7 +204,12 @@ def settle(
     a Load (`copying_in`, the connection it went on) a page is waited for past the deadline
     while the daemon's process is stopped (a signal, a debugger: it may resume mid-copy). A
     running daemon does not take that long over a copy (no lease spans its reads), and a gone
-    one copies nothing: then, or where its process cannot be told, the page is revoked."""
+    one copies nothing: then, or where its process cannot be told, the page is revoked. A
+    daemon known gone (`copying_in`, or `via`: the connection a copy out went on) is not
+    waited for: its leases never end."""
+    conn = copying_in if copying_in is not None else via
+    if conn is not None and conn.daemon_state() == "gone":
+        timeout = 0.0
     deadline = time.monotonic() + timeout
     revoked: list[int] = []
     for page in pages:

@@ -140,7 +140,11 @@ class OrbitKVConnector(KVConnectorBase_V1, SupportsHMA):
         return self._sched().build_meta(scheduler_output)
 
     def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
-        self._sched().load_failed(connector_output.failed_recving)
+        self._sched().loads_reported(
+            connector_output.finished_recving,
+            connector_output.failed_recving,
+            connector_output.invalid_block_ids,
+        )
         meta = connector_output.kv_connector_worker_meta
         if isinstance(meta, OrbitKVWorkerMetadata):
             if meta.backends:

@@ -16,15 +16,21 @@ class LoadSpec:
     hash list, the vLLM block it goes to, the rank whose record it is), and the blocks already
     known lost (the proof shrank between Query and Acquire, or the Acquire failed).
 
-    With several KV cache groups vLLM cannot map a failed block back to its request: the load
-    is asynchronous (`whole`), and a request with any page lost or failed is reported failed
-    as a whole, which vLLM recomputes from its start."""
+    Every load is asynchronous: the request is computed only once every rank has loaded, so
+    no block computed over a failed load is published. A failed block is a load error, which
+    vLLM recomputes from. With several KV cache groups vLLM cannot map a failed block back to
+    its request: a request with any page lost or failed is reported failed as a whole
+    (`whole`), which vLLM recomputes from its start."""
 
     request: str
     lease: int
     pages: tuple[tuple[int, int, int, int], ...]
     lost: tuple[int, ...] = ()
     whole: bool = False
+    # The epoch the lease was acquired under: a Load goes under it, so that after the instance
+    # sealed again (a daemon restart: lease ids start again) it is refused, not served
+    # another lease's records.
+    epoch: int = 0
 
 
 @dataclass(frozen=True)
@@ -62,8 +68,9 @@ class OrbitKVWorkerMetadata(KVConnectorWorkerMetadata):
 
     weights_changed: bool = False
     backends: frozenset[str] = frozenset()
-    # The leases whose loads the workers ran in this step: the scheduler side gives them back.
-    loaded: frozenset[int] = frozenset()
+    # The (epoch, lease) pairs whose loads the workers ran in this step: the scheduler side
+    # gives them back.
+    loaded: frozenset[tuple[int, int]] = frozenset()
 
     def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
         if not isinstance(other, OrbitKVWorkerMetadata):

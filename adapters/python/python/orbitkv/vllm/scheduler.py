@@ -41,6 +41,8 @@ UNANSWERED_PAUSE = 5.0
 SEAL_WAIT = 5.0
 # How long an Acquire may take before its blocks count as lost (vLLM recomputes them).
 ACQUIRE_WAIT = 2.0
+# Refusals saying the session itself is gone: the instance registers again.
+SESSION_GONE = frozenset({"bad_token", "stale_epoch"})
 # How long a late Acquire's reply is watched for, so that a lease granted after all is given back
 # at once rather than holding its records until the daemon's lease TTL.
 LATE_ACQUIRE_WATCH = 60.0
@@ -70,8 +72,10 @@ class SchedulerSide:
         self.s = settings
         self.groups = kv_groups(kv_cache_config, layout, settings.pipeline)
         self.block = self.groups[0].block_size
-        # Several groups: a failed block cannot be told to vLLM, a failed request can (the
-        # loads are asynchronous).
+        # Every load is asynchronous: vLLM runs no forward pass over a request's loaded blocks
+        # before every rank has loaded them, so no block computed over a failed load is
+        # published. Several groups: a failed block cannot be told to vLLM, a failed request
+        # can (`whole`).
         self.whole = len(self.groups) > 1
         hash_block = getattr(kv_cache_config, "hash_block_size", None)
         if hash_block not in (None, self.block):
@@ -85,15 +89,18 @@ class SchedulerSide:
         # Each request's local hits at its last lookup: its external blocks start there.
         self.origins: dict[str, int] = {}
         self.loads: list[LoadSpec] = []
-        # Leases acquired and not given back yet.
-        self.leases: set[int] = set()
+        # Leases acquired and not given back yet: (epoch, lease). A lease id is the daemon's
+        # count, which starts again at a restart; the epoch tells two apart.
+        self.leases: set[tuple[int, int]] = set()
         # Acquires whose reply came too late: (connection, request, watched until).
         self.late: list[tuple[orbitkv.Connection, int, float]] = []
         # Blocks vLLM handed out since the last step's metadata, from `after_alloc`.
         self.handed_out: set[int] = set()
         self.publishing: set[str] = set()
-        # Requests whose asynchronous load failed: vLLM recomputes them, without asking again.
+        # Requests whose load failed: vLLM recomputes them, without asking again.
         self.failed: set[str] = set()
+        # Requests whose load the workers have not reported yet: the blocks it fills.
+        self.loading: dict[str, set[int]] = {}
         # The workers' weights changed in place: nothing is served or published any more.
         self.stale = False
         self.stats = Counters(
@@ -194,7 +201,7 @@ class SchedulerSide:
             try:
                 q = conn.submit_query(seal.token, seal.epoch, origin, end, self._named(hashes))
             except orbitkv.OrbitKVError as e:
-                self._lost(e)
+                self._failed(e)
                 return 0, False
             look = Lookup(origin, end, hashes, q, conn, now)
             self.lookups[rid] = look
@@ -208,7 +215,9 @@ class SchedulerSide:
             except orbitkv.TimedOut:
                 reply = None
             except orbitkv.OrbitKVError as e:
-                self._lost(e)
+                # Refused (a miss), or the connection is gone: asked again on the next one.
+                self.lookups.pop(rid, None)
+                self._failed(e)
                 return 0, False
             if reply is None and paused:
                 return 0, False
@@ -230,9 +239,11 @@ class SchedulerSide:
                 )
                 return 0, False
             look.request_id = None
-            look.boundary = reply.boundary if isinstance(reply, orbitkv.Proof) else origin
+            # A boundary outside what was asked is no proof of it (a hostile or broken peer).
+            proven = reply.boundary if isinstance(reply, orbitkv.Proof) else origin
+            look.boundary = proven if origin <= proven <= end else origin
         external = max(0, (look.boundary or origin) - origin)
-        return external, self.whole and external > 0
+        return external, external > 0
 
     def after_alloc(
         self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int
@@ -258,9 +269,10 @@ class SchedulerSide:
         wanted = range(first, stop)
         live = self._sealed() if look is not None else None
         proof: orbitkv.Proof | None = None
-        lease = 0
+        lease = epoch = 0
         if live is not None and look is not None:
             conn, seal = live
+            epoch = seal.epoch
             try:
                 # Up to the boundary vLLM allocated for, not the Query's end: a proof reaching
                 # further would place a window's or a checkpoint's pages after it.
@@ -273,11 +285,19 @@ class SchedulerSide:
             except orbitkv.TimedOut:
                 self.late.append((conn, a, time.monotonic() + LATE_ACQUIRE_WATCH))
             except orbitkv.OrbitKVError as e:
-                self._lost(e)
+                self._failed(e)
+        if proof is not None and not origin <= proof.boundary <= stop * bs:
+            # A boundary outside what was asked is no proof of it.
+            proof = None
         proven = (proof.boundary if proof is not None else origin) // bs
-        pages = []
+        pages: list[tuple[int, int, int, int]] = []
         if proof is not None:
             for pl in proof.loads:
+                if not 0 <= pl.group < len(block_ids):
+                    # A group this instance does not have: its blocks stay unloaded (lost).
+                    proven = first
+                    pages = []
+                    break
                 ids = block_ids[pl.group]
                 # A window group's blocks before its window are vLLM's null block 0: skipped.
                 pages += [
@@ -289,8 +309,9 @@ class SchedulerSide:
         self.stats.add("lost_blocks", len(lost))
         self.stats.add("hit_tokens", max(0, min(proven, stop) - first) * bs)
         if lease:
-            self.leases.add(lease)
-        self.loads.append(LoadSpec(rid, lease, tuple(pages), lost, whole=self.whole))
+            self.leases.add((epoch, lease))
+        self.loading[rid] = {ids[b] for ids in block_ids for b in wanted if ids[b]}
+        self.loads.append(LoadSpec(rid, lease, tuple(pages), lost, whole=self.whole, epoch=epoch))
 
     def _release_late(self) -> None:
         """Gives back the leases of Acquires answered after their wait; forgets those that
@@ -309,7 +330,7 @@ class SchedulerSide:
                 elif reply is None:
                     conn.forget(request)
             except orbitkv.OrbitKVError as e:
-                self._lost(e)
+                self._failed(e)
                 return
         self.late = still
 
@@ -388,10 +409,19 @@ class SchedulerSide:
         self.publishing.add(request.request_id)
         self.stats.add("published_blocks", 1)
 
-    def load_failed(self, requests: set[str]) -> None:
-        """The workers failed these requests' asynchronous loads: they are recomputed."""
-        self.failed |= requests & self.requests.keys()
-        self.stats.add("failed_loads", len(requests))
+    def loads_reported(
+        self, received: set[str] | None, failed: set[str] | None, invalid: set[int] | None
+    ) -> None:
+        """The workers' report of a step: the requests whose loads every rank ran, those that
+        failed as a whole, and the blocks that failed to load. A request with a failure is
+        recomputed (from its first failed block), without asking again."""
+        failed = set(failed or ())
+        if invalid:
+            failed |= {r for r, blocks in self.loading.items() if not blocks.isdisjoint(invalid)}
+        for r in received or ():
+            self.loading.pop(r, None)
+        self.failed |= failed & self.requests.keys()
+        self.stats.add("failed_loads", len(failed))
 
     def weights_changed(self) -> None:
         """A worker's weights changed in place: 0 external tokens, no publishes, until restart."""
@@ -399,21 +429,24 @@ class SchedulerSide:
             log.warning("OrbitKV: weights changed in place: serving and publishing stop")
         self.stale = True
 
-    def loaded(self, leases: frozenset[int]) -> None:
-        """The workers ran the loads of these leases: they are given back. (With async
-        scheduling vLLM schedules the next step before the last one's output comes back, so a
-        lease acquired since is not given back with them.)"""
+    def loaded(self, leases: frozenset[tuple[int, int]]) -> None:
+        """The workers ran the loads of these (epoch, lease) pairs: they are given back. (With
+        async scheduling vLLM schedules the next step before the last one's output comes back,
+        so a lease acquired since is not given back with them.) A lease of another epoch ended
+        with it."""
         live = self._sealed()
         mine = leases & self.leases
         self.leases -= mine
         if live is None or not mine:
             return
         conn, seal = live
-        for lease in mine:
+        for epoch, lease in mine:
+            if epoch != seal.epoch:
+                continue
             try:
                 conn.forget(conn.submit_release(seal.token, lease))
             except orbitkv.OrbitKVError as e:
-                self._lost(e)
+                self._failed(e)
                 return
 
     def finished(self, request: Request) -> tuple[bool, dict[str, Any] | None]:
@@ -428,7 +461,16 @@ class SchedulerSide:
         delay = rid in self.publishing
         self.publishing.discard(rid)
         self.failed.discard(rid)
+        self.loading.pop(rid, None)
         return delay, None
+
+    def _failed(self, e: orbitkv.OrbitKVError) -> None:
+        """A request failed: a refusal is a miss, the connection kept, unless it says the
+        session is gone (the instance sealed again, or the daemon restarted)."""
+        if isinstance(e, orbitkv.RefusedError) and getattr(e, "code", None) not in SESSION_GONE:
+            log.debug("OrbitKV: refused (%s); counted as a miss", e)
+            return
+        self._lost(e)
 
     def _lost(self, e: Exception) -> None:
         if self.session is not None:

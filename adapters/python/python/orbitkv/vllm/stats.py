@@ -12,7 +12,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStat
 class OrbitKVStats(KVConnectorStats):
     """Counters by name: queries, hit tokens, loaded and published bytes, and failures by
     reason (`load_<page status>`, `publish_<page status>`, `acquire_failures`, `lost_blocks`,
-    `failed_loads`: asynchronous loads of several groups that failed)."""
+    `failed_loads`: requests whose load failed on some rank, recomputed)."""
 
     def reset(self) -> None:
         self.data.clear()

@@ -8,6 +8,7 @@ a late daemon copy never lands in a page reused since."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +37,8 @@ log = logging.getLogger("orbitkv.vllm")
 
 # How long a step's Load may take before its pages count as failed (vLLM recomputes them).
 LOAD_WAIT = 30.0
-# How long a preemption waits for publishes still being copied out of its blocks.
+# How long a publish may wait for its pages to be copied out (a preemption waits for it this
+# long): past it, its pages are revoked (the daemon discards a late copy) and its blocks freed.
 COPIED_WAIT = 30.0
 
 
@@ -46,12 +48,14 @@ PublishPage = tuple[int, int, bytes, bytes, int, int, int, int, int]
 
 @dataclass
 class Published:
-    """A Publish in flight: its request id with the daemon, the vLLM requests it serves and the
-    blocks it copies out of."""
+    """A Publish in flight: its request id on connection `conn` (sent at `sent`, monotonic),
+    the vLLM requests it serves and the blocks it copies out of."""
 
     request_id: int
     requests: set[str]
     blocks: list[int]
+    conn: orbitkv.Connection
+    sent: float
 
 
 @dataclass
@@ -117,8 +121,8 @@ class WorkerSide:
         self.failed_receiving: set[str] = set()
         # The handshake's content, in the first step's worker metadata.
         self.backend_told = False
-        # Leases whose loads this rank ran since its last worker metadata.
-        self.loaded_leases: set[int] = set()
+        # (epoch, lease) pairs whose loads this rank ran since its last worker metadata.
+        self.loaded_leases: set[tuple[int, int]] = set()
         # vLLM zeroes the blocks it hands out before the next step's connector calls
         # (Mamba models, under its model runner V2): a publish is copied out within its step.
         self.copied_in_step = bool(
@@ -178,18 +182,31 @@ class WorkerSide:
         return self.session.conn, seal
 
     def _fresh(self, block: int) -> int | None:
-        """A new generation of pool page `block` (after the daemon's copies out of it, should
-        one still be running); `None` when the page stays leased."""
-        if self.pool is None:
+        """A new generation of pool page `block`, after the daemon's copies out of it (waited
+        for up to `COPIED_WAIT`, then revoked: the daemon discards a late copy); `None` when
+        the page cannot be had."""
+        pool = self.pool
+        if pool is None:
             return None
-        for attempt in range(2):
+        try:
+            return pool.reuse(block)
+        except orbitkv.OrbitKVError:
+            pass
+        if block in self._busy_blocks():
+            self._poll(COPIED_WAIT)
+            self._give_up([p for p in self.in_flight if block in p.blocks])
             try:
-                return self.pool.reuse(block)
+                return pool.reuse(block)
             except orbitkv.OrbitKVError:
-                if attempt == 0:
-                    self._poll(COPIED_WAIT)
-        log.warning("OrbitKV: pool page %d stays leased; its block is skipped", block)
-        return None
+                pass
+        # Leased by no copy of this rank's: a daemon gone mid-copy, or a copy given up on.
+        try:
+            generation = pool.revoke(block)
+        except orbitkv.OrbitKVError as e:
+            log.warning("OrbitKV: pool page %d cannot be had (%s); its block is skipped", block, e)
+            return None
+        log.warning("OrbitKV: pool page %d stayed leased by no copy of this rank's; revoked", block)
+        return generation
 
     # -- vLLM's worker calls -------------------------------------------------------------------
 
@@ -199,12 +216,18 @@ class WorkerSide:
         stream_done = False
         for spec in meta.loads:
             if spec.lease:
-                self.loaded_leases.add(spec.lease)
+                self.loaded_leases.add((spec.epoch, spec.lease))
             failed: list[int] = list(spec.lost)
             mine = [p for p in spec.pages if p[3] == record_rank(self.shapes[p[0]], self.rank)]
             live = self._live() if mine else None
-            # Records of the weights this instance started with are not its KV any more.
-            if mine and (live is None or self.memory is None or weights.changed()):
+            # Records of the weights this instance started with are not its KV any more. A
+            # lease of another epoch ended with it (its id may name another lease now).
+            if mine and (
+                live is None
+                or self.memory is None
+                or weights.changed()
+                or live[1].epoch != spec.epoch
+            ):
                 failed += [block for _, _, block, _ in mine]
                 self.stats.add("load_failures", len(mine))
             elif live is not None and self.memory is not None:
@@ -212,11 +235,11 @@ class WorkerSide:
                     self.memory.before_load()
                     stream_done = True
                 failed += self._load_pages(live, spec.lease, mine)
-            if spec.whole:
-                self.received.add(spec.request)
-                if failed:
-                    self.failed_receiving.add(spec.request)
-            else:
+            # Asynchronous: vLLM computes the request once every rank has reported it.
+            self.received.add(spec.request)
+            if spec.whole and failed:
+                self.failed_receiving.add(spec.request)
+            elif failed:
                 self.load_errors.update(failed)
 
     def _load_pages(
@@ -304,7 +327,12 @@ class WorkerSide:
             self._submit(pages, requests)
         else:
             self.pending.append(Pending(fence, pages, requests))
-        self._poll(COPIED_WAIT if self.copied_in_step else 0.0)
+        if self.copied_in_step:
+            self._poll(COPIED_WAIT)
+            # vLLM may zero these blocks before the next step: a copy not out now never is.
+            self._give_up(list(self.in_flight))
+        else:
+            self._poll()
 
     def _submit(self, pages: list[PublishPage], requests: set[str]) -> None:
         live = self._live()
@@ -316,7 +344,9 @@ class WorkerSide:
         except orbitkv.OrbitKVError as e:
             self.session.lost(str(e))
             return
-        self.in_flight.append(Published(rid, requests, [p[7] for p in pages]))
+        self.in_flight.append(
+            Published(rid, requests, [p[7] for p in pages], conn, time.monotonic())
+        )
         self.stats.add("published_bytes", sum(self.layer_bytes * self._layers(p[0]) for p in pages))
 
     def _flush(self, wait: bool) -> None:
@@ -331,11 +361,26 @@ class WorkerSide:
                 still.append(p)
         self.pending = still
 
-    def _settle(self, blocks: list[int], copying_in: orbitkv.Connection | None = None) -> None:
-        """Lets go of `blocks` after a Load (`copying_in`, its connection) or Publish whose
-        reply will not come, before vLLM reuses them."""
+    def _settle(
+        self,
+        blocks: list[int],
+        copying_in: orbitkv.Connection | None = None,
+        via: orbitkv.Connection | None = None,
+        timeout: float = COPIED_WAIT,
+    ) -> None:
+        """Lets go of `blocks` after a Load (`copying_in`, its connection) or Publish (`via`)
+        whose reply will not come, before vLLM reuses them."""
         if blocks and self.pool is not None:
-            settle(self.pool, blocks, COPIED_WAIT, copying_in)
+            settle(self.pool, blocks, timeout, copying_in, via=via)
+
+    def _give_up(self, entries: list[Published]) -> None:
+        """Stops waiting for these publishes' copies: their pages are revoked at once (the
+        daemon discards a late copy) and their blocks count as copied out."""
+        for p in entries:
+            self._settle(p.blocks, via=p.conn, timeout=0.0)
+            self.stats.add("publish_failures", len(p.blocks))
+        gone = {id(p) for p in entries}
+        self.in_flight = [p for p in self.in_flight if id(p) not in gone]
 
     def _poll(self, timeout: float = 0.0) -> None:
         """Sends the publishes whose step has finished (waiting for them all when `timeout` is
@@ -343,15 +388,20 @@ class WorkerSide:
         all), and the PublishDurable replies that have come."""
         self._flush(wait=timeout > 0)
         conn = self.session.conn
-        if self.in_flight and (conn is None or conn.closed is not None):
-            # The connection is gone with the PublishCopied replies: blocks are freed only
-            # once the daemon holds none of them.
-            for p in self.in_flight:
-                self._settle(p.blocks)
+        current = conn if conn is not None and conn.closed is None else None
+        for p in self.in_flight:
+            if p.conn is not current:
+                # Its connection is gone with its PublishCopied reply (a reconnect numbers
+                # requests again): the blocks are freed once the daemon holds none of them.
+                self._settle(p.blocks, via=p.conn)
+        self.in_flight = [p for p in self.in_flight if p.conn is current]
         self.in_flight, copied = self._replies(self.in_flight, timeout)
         self.durable_wait += [p for p, _ in copied]
         self.durable_wait, durable = self._replies(self.durable_wait, 0.0)
         self._count(durable)
+        # A daemon that holds the connection but copies nothing does not keep blocks for good.
+        now = time.monotonic()
+        self._give_up([p for p in self.in_flight if now - p.sent >= COPIED_WAIT])
 
     def wait_durable(self, timeout: float) -> bool:
         """Waits until every publish is durable (or `timeout`); true when none is left."""
@@ -378,6 +428,7 @@ class WorkerSide:
         conn = self.session.conn
         if conn is None or conn.closed is not None:
             return [], []
+        waiting = [p for p in waiting if p.conn is conn]
         left, replies = take_replies(conn, [p.request_id for p in waiting], timeout)
         still = [p for p in waiting if p.request_id in left]
         arrived = [(p, replies[p.request_id]) for p in waiting if p.request_id in replies]
@@ -387,8 +438,14 @@ class WorkerSide:
         """Before the step writes: vLLM frees a preempted request's blocks at once, and may
         hand out a block a publish still copies (a sliding-window block that left the window):
         those copies must be out first."""
+
+        def touched(p: Published) -> bool:
+            return bool(p.requests & meta.preempted or meta.allocated.intersection(p.blocks))
+
         if self._busy() & meta.preempted or self._busy_blocks() & meta.allocated:
             self._poll(COPIED_WAIT)
+            # Copies not out by now are given up on: vLLM writes these blocks next.
+            self._give_up([p for p in self.in_flight if touched(p)])
         # Their blocks are freed: the scheduler side waits for nothing more of theirs.
         self.had_publish -= meta.preempted
 
@@ -428,8 +485,8 @@ class WorkerSide:
         self.received, self.failed_receiving = set(), set()
         return done, failed
 
-    def take_loaded(self) -> frozenset[int]:
-        """The leases whose loads ran since the last call."""
+    def take_loaded(self) -> frozenset[tuple[int, int]]:
+        """The (epoch, lease) pairs whose loads ran since the last call."""
         leases, self.loaded_leases = frozenset(self.loaded_leases), set()
         return leases
 
