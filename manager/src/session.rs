@@ -78,6 +78,8 @@ pub enum Event {
         conn: ConnId,
         /// The reply.
         reply: Message,
+        /// The registration's bytes ([`Register::held_bytes`]), no longer held.
+        held: u64,
     },
     /// `conn`'s registration is refused.
     Refused {
@@ -85,6 +87,8 @@ pub enum Event {
         conn: ConnId,
         /// Why.
         refusal: Refusal,
+        /// The registration's bytes ([`Register::held_bytes`]), no longer held.
+        held: u64,
     },
 }
 
@@ -131,6 +135,7 @@ pub struct Session {
 struct Pending {
     conn: ConnId,
     reg: Register,
+    held: u64,
 }
 
 #[derive(Default)]
@@ -194,12 +199,23 @@ impl Sessions {
     }
 
     /// Takes `conn`'s registration; returns what to send (nothing while the round waits).
+    /// Every registration gets one event in the end, which says its bytes are no longer held
+    /// (a connection's memory counts them while the round waits).
     pub fn register(&mut self, conn: ConnId, reg: Register, now: Instant) -> Vec<Event> {
+        let held = reg.held_bytes();
         if let Err(refusal) = check_alone(&reg) {
-            return vec![Event::Refused { conn, refusal }];
+            return vec![Event::Refused {
+                conn,
+                refusal,
+                held,
+            }];
         }
         if let Some(refusal) = self.name_held_by_another(conn, &reg) {
-            return vec![Event::Refused { conn, refusal }];
+            return vec![Event::Refused {
+                conn,
+                refusal,
+                held,
+            }];
         }
         if self.held_by(conn) >= MAX_HELD_PER_CONNECTION {
             let refusal = Refusal::new(
@@ -208,7 +224,11 @@ impl Sessions {
                     "connection {conn} already holds {MAX_HELD_PER_CONNECTION} registrations and sessions"
                 ),
             );
-            return vec![Event::Refused { conn, refusal }];
+            return vec![Event::Refused {
+                conn,
+                refusal,
+                held,
+            }];
         }
         let inst = self.instances.entry(reg.instance.clone()).or_default();
         if let Some(p) = inst
@@ -225,12 +245,16 @@ impl Sessions {
                     p.conn
                 ),
             );
-            return vec![Event::Refused { conn, refusal }];
+            return vec![Event::Refused {
+                conn,
+                refusal,
+                held,
+            }];
         }
         if inst.pending.is_empty() {
             inst.deadline = Some(now + Duration::from_millis(u64::from(reg.seal_timeout_ms)));
         }
-        inst.pending.push(Pending { conn, reg });
+        inst.pending.push(Pending { conn, reg, held });
         let first = &inst.pending[0].reg;
         // A rank registers at most once (above), so counting the ranks below the declared
         // count tells whether every one has.
@@ -253,6 +277,7 @@ impl Sessions {
                 .map(|p| Event::Refused {
                     conn: p.conn,
                     refusal: refusal.clone(),
+                    held: p.held,
                 })
                 .collect(),
             Ok((namespace, domain, layout, contract)) => {
@@ -290,6 +315,7 @@ impl Sessions {
                             .map(|p| Event::Refused {
                                 conn: p.conn,
                                 refusal: refusal.clone(),
+                                held: p.held,
                             })
                             .collect();
                     }
@@ -324,6 +350,7 @@ impl Sessions {
                             namespace: namespace.0,
                             token,
                         },
+                        held: p.held,
                     });
                 }
                 events
@@ -376,6 +403,7 @@ impl Sessions {
             events.extend(round.iter().map(|p| Event::Refused {
                 conn: p.conn,
                 refusal: refusal.clone(),
+                held: p.held,
             }));
         }
         if !events.is_empty() {

@@ -1,8 +1,8 @@
 //! Limits on what peers may hold, through the socket: connections past the configured number
 //! are refused with a typed error (and one is accepted again once another closes); the memory
 //! one connection holds — Publish copies waiting to be stored among it — is capped, a Publish
-//! past it refused with a typed, retryable error and nothing copied; limits that do not fit
-//! together refuse to start.
+//! past it refused with a typed, retryable error and nothing copied; registrations waiting for
+//! their round count in that memory too; limits that do not fit together refuse to start.
 
 mod common;
 
@@ -13,7 +13,7 @@ use common::slow_io::SlowSync;
 use common::{Daemon, seal};
 use orbitkv_manager::server::{ServeError, Server, ServerConfig};
 use orbitkv_protocol::client::{Client, ClientError};
-use orbitkv_protocol::{ErrorCode, Message, PageStatus};
+use orbitkv_protocol::{ErrorCode, Message, PageStatus, Role};
 use orbitkv_sim::SimInstance;
 
 #[test]
@@ -117,5 +117,100 @@ fn limits_that_do_not_fit_together_refuse_to_start() {
         Err(ServeError::Config(why)) => assert!(why.contains("at least"), "{why}"),
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("started with a connection memory below one request"),
+    }
+}
+
+#[test]
+fn registrations_waiting_for_their_round_are_held_to_the_connections_memory() {
+    // A round of 8 ranks that never completes: each Register waits, its 40 kB layout held.
+    let d = Daemon::start_with(|c| {
+        c.max_body = 64 << 10;
+        c.max_request_bytes = 64 << 10;
+        // Two waiting registrations and a third's frame fit; its held bytes do not.
+        c.max_connection_bytes = 140_000;
+    });
+    let sim = SimInstance::new("held", 8);
+    let reg = |rank: u32| {
+        let mut r = sim
+            .registration(Role::Worker, rank)
+            .unwrap_or_else(|e| panic!("{e}"));
+        r.layout = vec![7; 40_000];
+        r.seal_timeout_ms = 60_000;
+        r
+    };
+    let mut c = d.client();
+    let refused = |c: &mut Client, rank: u32| {
+        let id = c
+            .send(&Message::Register(reg(rank)))
+            .unwrap_or_else(|e| panic!("{e}"));
+        match c.reply(id) {
+            Err(ClientError::Refused { code, detail, .. }) => (code, detail),
+            other => panic!("answered {other:?}"),
+        }
+    };
+    c.stream()
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Two wait (no reply within the read timeout); the third would pass the limit.
+    for rank in 0..2 {
+        let id = c
+            .send(&Message::Register(reg(rank)))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(c.reply(id).is_err(), "rank {rank} waits for its round");
+    }
+    c.stream()
+        .set_read_timeout(None)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (code, detail) = refused(&mut c, 2);
+    assert_eq!(code, ErrorCode::LimitExceeded, "{detail}");
+    assert!(detail.contains("registration"), "{detail}");
+    // Another connection holds its own: its registration waits as well.
+    let mut other = d.client();
+    let id = other
+        .send(&Message::Register(reg(3)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    other
+        .stream()
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(other.reply(id).is_err(), "rank 3 waits for its round");
+}
+
+#[test]
+fn a_publish_of_tiny_pages_is_held_as_the_frames_it_builds() {
+    // Pages of a few bytes each take a frame header apiece: counted as such, many of them
+    // pass the connection's memory though their bytes are few.
+    let d = Daemon::start_with(|c| {
+        c.max_body = 64 << 10;
+        c.max_request_bytes = 64 << 10;
+        c.max_connection_bytes = (128 << 10) + 16_000;
+    });
+    let mut sim = SimInstance::new("tiny", 1);
+    sim.layers = 1;
+    sim.kv_heads = 1;
+    sim.head_size = 1;
+    sim.block_tokens = 1;
+    assert!(sim.page_bytes() <= 16, "{} bytes", sim.page_bytes());
+    let mut s = seal(&d, &sim);
+    let pool = register_pool(&mut s, &sim);
+    let pages: Vec<_> = (0..16).map(|b| fill(&sim, &pool, b, b)).collect();
+    let many = |n: u32| -> Vec<(u32, orbitkv_gpu_bridge::PageRef)> {
+        (0..n).map(|b| (b, pages[(b % 16) as usize])).collect()
+    };
+    // A few are stored.
+    assert!(
+        publish(&mut s, &sim, &many(20))
+            .iter()
+            .all(|p| *p == PageStatus::Ok)
+    );
+    // 500 pages of a few bytes: some kB of page bytes, over 128 kB of frames.
+    let req = publish_request(&s, &sim, 0, 0, &many(500));
+    match s.workers[0].0.request(&Message::Publish(req)) {
+        Err(ClientError::Refused {
+            code: ErrorCode::LimitExceeded,
+            detail,
+            ..
+        }) => assert!(detail.contains("500 frames"), "{detail}"),
+        other => panic!("not refused: {other:?}"),
     }
 }

@@ -342,6 +342,30 @@ fn a_query_names_a_bounded_number_of_hashes_and_groups() {
     ));
 }
 
+#[test]
+fn a_register_carries_a_bounded_number_of_formats_and_rules() {
+    // Empty formats take four bytes each on the wire and far more decoded.
+    let decodes = |formats: usize, rules: usize| {
+        let Some(Message::Register(mut reg)) = every_message().into_iter().nth(1) else {
+            panic!("the second message is a Register");
+        };
+        reg.formats = vec![Vec::new(); formats];
+        reg.rules = vec![(0, Rule::Prefix); rules];
+        let f = Message::Register(reg)
+            .encode_frame(1)
+            .unwrap_or_else(|e| panic!("{e}"));
+        decode_frame(&f, DEFAULT_MAX_BODY)
+    };
+    let most = orbitkv_state::layout::MAX_GROUPS;
+    assert!(decodes(most, most).is_ok());
+    for (formats, rules) in [(most + 1, 0), (0, most + 1), (1 << 20, 0)] {
+        assert!(
+            matches!(decodes(formats, rules), Err(ProtocolError::BadField { .. })),
+            "{formats} formats, {rules} rules"
+        );
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 

@@ -90,6 +90,7 @@ fn sealed(events: &[Event]) -> Vec<(u64, u64, [u8; 32], Token)> {
                         token,
                         ..
                     },
+                ..
             } => (*conn, *epoch, *namespace, *token),
             other => panic!("not sealed: {other:?}"),
         })
@@ -100,7 +101,7 @@ fn refused(events: &[Event]) -> Vec<(u64, ErrorCode, String)> {
     events
         .iter()
         .map(|e| match e {
-            Event::Refused { conn, refusal } => (*conn, refusal.code, refusal.detail.clone()),
+            Event::Refused { conn, refusal, .. } => (*conn, refusal.code, refusal.detail.clone()),
             other => panic!("not refused: {other:?}"),
         })
         .collect()
@@ -430,4 +431,42 @@ fn registering_again_on_the_same_connections_replaces_the_old_sessions() {
         s.disconnect(conn);
     }
     assert_eq!((s.session_count(), s.instance_count()), (0, 0));
+}
+
+#[test]
+fn every_registration_gives_its_held_bytes_back_in_its_one_event() {
+    let now = Instant::now();
+    let mut s = sessions();
+    let regs = [
+        reg(Role::Scheduler, 0),
+        reg(Role::Worker, 0),
+        reg(Role::Worker, 1),
+    ];
+    let held = |e: &Event| match e {
+        Event::Sealed { held, .. } | Event::Refused { held, .. } => *held,
+    };
+    // Sealed: each rank's event carries its own registration's bytes.
+    let mut events = Vec::new();
+    for (i, r) in regs.iter().enumerate() {
+        events.extend(s.register(i as u64 + 1, r.clone(), now));
+    }
+    assert_eq!(
+        events.iter().map(held).collect::<Vec<_>>(),
+        regs.iter().map(Register::held_bytes).collect::<Vec<_>>()
+    );
+    assert!(regs[1].held_bytes() > regs[1].layout.len() as u64);
+    // Refused alone, and timed out: the same.
+    let mut bad = reg(Role::Worker, 1);
+    bad.instance = "other".into();
+    bad.workers = 0;
+    let out = s.register(7, bad.clone(), now);
+    assert_eq!(out.iter().map(held).collect::<Vec<_>>(), [bad.held_bytes()]);
+    let mut waits = reg(Role::Worker, 0);
+    waits.instance = "late".into();
+    assert!(s.register(8, waits.clone(), now).is_empty());
+    let out = s.expire(now + Duration::from_secs(3600));
+    assert_eq!(
+        out.iter().map(held).collect::<Vec<_>>(),
+        [waits.held_bytes()]
+    );
 }

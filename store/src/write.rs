@@ -424,6 +424,18 @@ impl StateStore {
         self.config.alignment
     }
 
+    /// The most memory a frame built in place ([`FrameBuf::begin`]) holds for a payload of
+    /// `payload` bytes: its header and payload filled to the alignment unit, and the pad an
+    /// aligned buffer may need. Tiny payloads cost far more than their bytes.
+    pub fn frame_footprint(&self, payload: u64) -> u64 {
+        let fixed = FRAME_HEADER_LEN as u64 + self.config.alignment.unit() as u64;
+        let pad = match self.config.alignment {
+            Alignment::Direct => crate::io::aligned::DIRECT_ALIGN as u64,
+            Alignment::Packed => 0,
+        };
+        payload.saturating_add(fixed + pad)
+    }
+
     /// Whether [`StateStore::put_frames`] writes frames as built (no compression).
     pub fn takes_frames(&self) -> bool {
         self.config.compression == Compression::None

@@ -42,7 +42,7 @@ pub(crate) fn handle(
             server: format!("orbitkv {}", env!("CARGO_PKG_VERSION")),
             max_body: shared.config.max_body,
         })),
-        Message::Register(reg) => Ok(register(shared, conn, request, reg)),
+        Message::Register(reg) => register(shared, conn, request, reg),
         Message::Stats => Ok(Some(Message::StatsReply {
             text: super::render(shared),
         })),
@@ -87,11 +87,23 @@ pub(crate) fn handle(
 }
 
 /// Register: answered when the instance's round seals, times out or is refused.
-fn register(shared: &Shared, conn: &Conn, request: u64, reg: Register) -> Reply {
+/// Its bytes count in the connection's memory until it is answered.
+fn register(shared: &Shared, conn: &Conn, request: u64, reg: Register) -> Result<Reply, Refusal> {
+    let held = reg.held_bytes();
+    if !conn.memory.reserve(held) {
+        return Err(Refusal::new(
+            ErrorCode::LimitExceeded,
+            format!(
+                "a registration of {held} bytes would pass this connection's memory limit of {} bytes ({} held)",
+                conn.memory.limit(),
+                conn.memory.used()
+            ),
+        ));
+    }
     conn.register_request.store(request, Ordering::Release);
     let events = shared.sessions().register(conn.id, reg, Instant::now());
     shared.dispatch(events);
-    None
+    Ok(None)
 }
 
 fn sync(shared: &Shared) -> Result<Reply, Refusal> {
@@ -264,12 +276,30 @@ fn publish(
     let bridge = shared.bridge(conn.id);
     let pages = p.pages.iter().map(|x| (x.page, x.group, 0..u32::MAX));
     let bytes = shared.check_request_bytes("Publish", &bridge, pages)?;
-    // The copies stay in the daemon until stored: the connection's memory holds them.
-    if !conn.memory.reserve(bytes) {
+    // The copies stay in the daemon until stored: the connection's memory holds them, each
+    // page's frame as built (a header and alignment each, however small the page).
+    let frames = shared
+        .store
+        .frame_footprint(0)
+        .saturating_mul(p.pages.len() as u64);
+    let reserved = bytes.saturating_add(frames);
+    if reserved.saturating_add(u64::from(shared.config.max_body)) > conn.memory.limit() {
+        // It would never fit, however long the client waits.
+        return Err(Refusal::new(
+            ErrorCode::LimitExceeded,
+            format!(
+                "a Publish of {bytes} page bytes in {} frames ({reserved} bytes) passes this connection's memory limit of {} bytes; split it",
+                p.pages.len(),
+                conn.memory.limit()
+            ),
+        ));
+    }
+    if !conn.memory.reserve(reserved) {
         return Err(Refusal::retry_later(
             Duration::ZERO,
             format!(
-                "a Publish of {bytes} page bytes would pass this connection's memory limit of {} bytes ({} held, most by Publishes not yet durable); publish it again after their PublishDurable",
+                "a Publish of {bytes} page bytes in {} frames ({reserved} bytes) would pass this connection's memory limit of {} bytes ({} held, most by Publishes not yet durable); publish it again after their PublishDurable",
+                p.pages.len(),
                 conn.memory.limit(),
                 conn.memory.used()
             ),
@@ -297,7 +327,7 @@ fn publish(
         conn: conn.clone(),
         request,
         copied,
-        reserved: bytes,
+        reserved,
         started,
     });
     Ok(None)

@@ -238,8 +238,8 @@ impl Shared {
         // Every rank of a seal shares its namespace: registered once, the outcome for all.
         let mut registered: HashMap<[u8; 32], Result<(), Refusal>> = HashMap::new();
         for e in events {
-            let (conn, reply) = match e {
-                Event::Sealed { conn, reply } => {
+            let (conn, reply, held) = match e {
+                Event::Sealed { conn, reply, held } => {
                     let (ns, token) = match &reply {
                         Message::Sealed {
                             namespace, token, ..
@@ -250,20 +250,26 @@ impl Shared {
                         .entry(ns)
                         .or_insert_with(|| self.on_sealed(&token));
                     if let Err(refusal) = outcome {
-                        (conn, refusal.message())
+                        (conn, refusal.message(), held)
                     } else {
                         inc(&self.metrics.seals);
-                        (conn, reply)
+                        (conn, reply, held)
                     }
                 }
-                Event::Refused { conn, refusal } => {
+                Event::Refused {
+                    conn,
+                    refusal,
+                    held,
+                } => {
                     inc(&self.metrics.seal_refusals);
-                    (conn, refusal.message())
+                    (conn, refusal.message(), held)
                 }
             };
             // Queued without waiting: a rank that does not read delays no other.
             let target = self.conns().get(&conn).cloned();
             if let Some(c) = target {
+                // The registration's bytes, counted while its round waited.
+                c.memory.release(held);
                 c.outbox
                     .send(c.register_request.load(Ordering::Acquire), &reply);
             }

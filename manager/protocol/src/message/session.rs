@@ -56,6 +56,25 @@ pub struct Register {
 /// Register flags (a `u8`): bit 0, the instance has no scheduler.
 const REGISTER_NO_SCHEDULER: u8 = 1;
 
+/// The most rules or formats a Register carries: one per cache group of a layout.
+const MAX_REGISTER_GROUPS: usize = orbitkv_state::layout::MAX_GROUPS;
+
+impl Register {
+    /// The bytes a daemon holds for this registration while its round waits (its decoded
+    /// fields and their allocations), at least.
+    pub fn held_bytes(&self) -> u64 {
+        let vec = size_of::<Vec<u8>>();
+        let heap = self.instance.len()
+            + self.model.len()
+            + self.revision.len()
+            + self.layout.len()
+            + self.scope.len()
+            + self.rules.len() * size_of::<(u32, Rule)>()
+            + self.formats.iter().map(|f| f.len() + vec).sum::<usize>();
+        (size_of::<Self>() + heap) as u64
+    }
+}
+
 impl Body for Register {
     fn encode(&self, w: &mut Writer) {
         let g = self;
@@ -123,6 +142,12 @@ impl Body for Register {
             })?;
         let layout = r.bytes32("layout")?.to_vec();
         let n = r.count("rules", 13)?;
+        if n > MAX_REGISTER_GROUPS {
+            return Err(ProtocolError::BadField {
+                what: "rules",
+                why: format!("{n} rules, more than {MAX_REGISTER_GROUPS} cache groups"),
+            });
+        }
         let mut rules = Vec::with_capacity(n);
         for _ in 0..n {
             let group = r.u32("rule group")?;
@@ -162,6 +187,12 @@ impl Body for Register {
             scope: read_name(r, "scope")?,
             formats: {
                 let n = r.count("formats", 4)?;
+                if n > MAX_REGISTER_GROUPS {
+                    return Err(ProtocolError::BadField {
+                        what: "formats",
+                        why: format!("{n} formats, more than {MAX_REGISTER_GROUPS} cache groups"),
+                    });
+                }
                 let mut v = Vec::with_capacity(n);
                 for _ in 0..n {
                     v.push(r.bytes32("format")?.to_vec());
