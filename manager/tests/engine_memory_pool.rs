@@ -3,7 +3,7 @@
 //! in a states-only region beside it. Memory sealed against shrinking is mapped; memory that is
 //! not is copied with pread/pwrite, and the engine shrinking it under the daemon fails the pages
 //! it no longer holds — the daemon neither crashes nor grows the memory back. A descriptor that
-//! is not memory (tmpfs or hugetlbfs) is refused.
+//! is not memory (tmpfs) is refused.
 
 mod common;
 

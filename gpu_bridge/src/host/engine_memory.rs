@@ -1,5 +1,5 @@
 //! A pool's pages in memory the engine allocated itself (SGLang's `allocator: shm`): a
-//! descriptor the engine owns, of tmpfs or hugetlbfs, with no header, the pages from an offset. The state words live
+//! descriptor the engine owns, of tmpfs, with no header, the pages from an offset. The state words live
 //! apart, in a states-only region. A descriptor sealed against shrinking is mapped; one that is
 //! not is copied with `pread`/`pwrite`, so the engine shrinking it makes copies fail rather than
 //! fault the daemon. This file holds no `unsafe`.
@@ -43,7 +43,7 @@ impl EngineMemory {
         let file = File::from(fd);
         if !is_memory(file.as_fd()) {
             return Err(Error::Region(
-                "the engine memory is not memory: a memfd, shared memory or hugetlbfs file is needed"
+                "the engine memory is not memory: a memfd or shared memory file of tmpfs is needed (hugetlbfs is refused)"
                     .to_owned(),
             ));
         }

@@ -29,6 +29,31 @@ pub fn engine_memory(len: u64) -> Result<File> {
     Ok(file)
 }
 
+/// A memfd of hugetlbfs of `len` bytes, sealed against shrinking and growing, for tests of
+/// its refusal (no huge page is touched: the machine may have none).
+#[cfg(test)]
+#[expect(unsafe_code, reason = "memfd_create and fcntl have no safe wrapper")]
+pub(crate) fn hugetlb_memfd(len: u64) -> Result<File> {
+    let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING | libc::MFD_HUGETLB;
+    // SAFETY: memfd_create reads the NUL-terminated name and returns a new descriptor.
+    let raw = unsafe { libc::memfd_create(c"orbitkv-hugetlb".as_ptr(), flags) };
+    if raw < 0 {
+        return Err(os_err("memfd_create"));
+    }
+    // SAFETY: `raw` is a descriptor just returned to us and owned by nothing else.
+    let file = File::from(unsafe { OwnedFd::from_raw_fd(raw) });
+    file.set_len(len).map_err(|source| Error::Io {
+        what: "sizing the hugetlbfs memfd",
+        source,
+    })?;
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+    // SAFETY: fcntl on the descriptor just made, with integer arguments only.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(os_err("F_ADD_SEALS"));
+    }
+    Ok(file)
+}
+
 /// The engine's side: the pool it owns in shared memory.
 pub struct HostPool {
     layout: Layout,

@@ -134,8 +134,10 @@ pub(crate) fn seals(fd: BorrowedFd<'_>) -> i32 {
     unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) }.max(0)
 }
 
-/// Whether `fd` is memory: a file of tmpfs (a memfd, POSIX shared memory) or hugetlbfs. Copies
-/// through any other file could wait on a disk or on a file system the peer serves.
+/// Whether `fd` is memory: a file of tmpfs (a memfd, POSIX shared memory). Copies through any
+/// other file could wait on a disk or on a file system the peer serves. hugetlbfs is not: a
+/// hole punched in a file there (which no seal prevents) frees its huge page, and a mapping's
+/// next touch faults the daemon (SIGBUS) once no free huge page is left.
 #[expect(unsafe_code, reason = "fstatfs has no safe wrapper in std")]
 pub(crate) fn is_memory(fd: BorrowedFd<'_>) -> bool {
     // SAFETY: an all-zero statfs is a valid value to be overwritten.
@@ -144,7 +146,7 @@ pub(crate) fn is_memory(fd: BorrowedFd<'_>) -> bool {
     if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } != 0 {
         return false;
     }
-    st.f_type == libc::TMPFS_MAGIC || st.f_type == libc::HUGETLBFS_MAGIC
+    st.f_type == libc::TMPFS_MAGIC
 }
 
 /// Maps a region an engine passed for `spec` after checking it: sealed against shrinking,
@@ -160,6 +162,11 @@ pub(crate) fn map_registered(
         return Err(Error::Region(
             "the region is not sealed against shrinking (a memfd with F_SEAL_SHRINK is required)"
                 .into(),
+        ));
+    }
+    if !is_memory(fd.as_fd()) {
+        return Err(Error::Region(
+            "the region is not a memfd of tmpfs (hugetlbfs is refused)".into(),
         ));
     }
     let file = File::from(fd);

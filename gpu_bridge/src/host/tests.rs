@@ -269,6 +269,28 @@ fn engine_memory_is_mapped_only_when_sealed_against_shrinking() -> Result<()> {
         AttachedPool::attach_engine_memory(dup(states.fd())?, dup(proc.as_fd())?, 0, s.clone(), 1)
             .is_err()
     );
+    // A memfd of hugetlbfs, sealed or not: refused, as engine memory and as a region. A hole
+    // punched in it would fault a mapping of it; it takes no pread/pwrite either.
+    match engine_pool::hugetlb_memfd(2 << 20) {
+        Ok(huge) => {
+            assert!(
+                AttachedPool::attach_engine_memory(
+                    dup(states.fd())?,
+                    dup(huge.as_fd())?,
+                    0,
+                    s.clone(),
+                    1
+                )
+                .is_err()
+            );
+            assert!(
+                AttachedPool::attach(dup(huge.as_fd())?, s.clone(), 1)
+                    .is_err_and(|e| e.to_string().contains("hugetlbfs"))
+            );
+        }
+        // A kernel without hugetlbfs has no such memfd to refuse.
+        Err(e) => println!("SKIPPED: no hugetlbfs memfd here ({e})"),
+    }
     // A memfd sealed against shrinking (a host pool's region): mapped.
     let host = HostPool::create(s.clone())?;
     let p = AttachedPool::attach_engine_memory(
