@@ -59,12 +59,15 @@ pub const MAX_POOLS_PER_CONNECTION: usize = 64;
 
 /// Registers a worker's pool: the geometry must hold each layout group's page, and the region
 /// must match the registration (a host pool's pages, or a device pool's state words).
+/// A pool whose engine memory is copied through its descriptor is refused once the process
+/// keeps more than `max_kept_files` such descriptors.
 pub fn register_pool(
     bridge: &Bridge,
     session: &Session,
     spec: PoolSpec,
     memory: PageMemory,
     fds: Vec<OwnedFd>,
+    max_kept_files: usize,
 ) -> Result<(), Refusal> {
     let refuse = |code, d: String| Refusal::new(code, d);
     if bridge.len() >= MAX_POOLS_PER_CONNECTION && !bridge.holds(spec.pool) {
@@ -118,8 +121,19 @@ pub fn register_pool(
                     "a pool in engine memory needs two descriptors: its states-only region, then the memory".into(),
                 )
             })?;
-            AttachedPool::attach_engine_memory(fd, memory, offset, spec, epoch)
-                .map_err(|e| refuse(ErrorCode::Malformed, e.to_string()))?
+            let pool = AttachedPool::attach_engine_memory(fd, memory, offset, spec, epoch)
+                .map_err(|e| refuse(ErrorCode::Malformed, e.to_string()))?;
+            // Counted once open: a race past the bound refuses both rather than neither.
+            let kept = orbitkv_gpu_bridge::host::kept_descriptors();
+            if pool.copies_through_file() && kept > max_kept_files {
+                return Err(refuse(
+                    ErrorCode::LimitExceeded,
+                    format!(
+                        "the daemon keeps at most {max_kept_files} descriptors of engine memory not sealed against shrinking; seal it (F_SEAL_SHRINK: it is then mapped) or unregister pools"
+                    ),
+                ));
+            }
+            pool
         }
         PageMemory::Device {
             device,

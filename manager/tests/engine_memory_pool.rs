@@ -181,3 +181,44 @@ fn engine_memory_sealed_against_shrinking_is_mapped_at_its_offset() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(got, block_bytes(&sim, 9));
 }
+
+#[test]
+fn descriptors_of_unsealed_engine_memory_are_bounded_over_the_daemon() {
+    // The count is this process's (nextest runs each test in a process of its own).
+    let d = Daemon::start_with(|c| c.max_kept_files = 2);
+    let sim = SimInstance::new("shm-c", 1);
+    let mut s = seal(&d, &sim);
+    let len = (u64::from(PAGES) * sim.page_bytes()).next_multiple_of(1 << 20);
+    let unsealed = |s: &mut common::Sealed, id: u32| {
+        let spec = sim.pool_spec(id, PAGES);
+        let states = HostPool::create_states(spec.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let memory = orbitkv_gpu_bridge::host::engine_memory(len).unwrap_or_else(|e| panic!("{e}"));
+        register(s, &spec, &states, &memory, 0)
+    };
+    unsealed(&mut s, 1).unwrap_or_else(|e| panic!("{e}"));
+    unsealed(&mut s, 2).unwrap_or_else(|e| panic!("{e}"));
+    match unsealed(&mut s, 3) {
+        Err(ClientError::Refused { code, detail, .. }) => {
+            assert_eq!(code, ErrorCode::LimitExceeded);
+            assert!(detail.contains("F_SEAL_SHRINK"), "{detail}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Memory sealed against shrinking is mapped, its descriptor closed: not counted.
+    let spec = sim.pool_spec(4, PAGES);
+    let states = HostPool::create_states(spec.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let host = HostPool::create(spec.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let memory = File::from(
+        host.fd()
+            .try_clone_to_owned()
+            .unwrap_or_else(|e| panic!("{e}")),
+    );
+    register(&mut s, &spec, &states, &memory, host.data_offset()).unwrap_or_else(|e| panic!("{e}"));
+    // One given back: another is taken.
+    let token = s.workers[0].1;
+    s.workers[0]
+        .0
+        .unregister_pool(token, orbitkv_gpu_bridge::PoolId(1))
+        .unwrap_or_else(|e| panic!("{e}"));
+    unsealed(&mut s, 5).unwrap_or_else(|e| panic!("{e}"));
+}

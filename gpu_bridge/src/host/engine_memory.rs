@@ -9,9 +9,36 @@
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::region::{Region, is_memory, seals};
 use crate::error::{Error, Result};
+
+/// Descriptors of engine memory kept open in this process (pools copied through them).
+static KEPT: AtomicUsize = AtomicUsize::new(0);
+
+/// Descriptors of engine memory this process keeps open now: one per pool whose memory is not
+/// sealed against shrinking (copied through its descriptor). A daemon bounds them, so that
+/// peers cannot take every descriptor it may open.
+pub fn kept_descriptors() -> usize {
+    KEPT.load(Ordering::Acquire)
+}
+
+/// One kept descriptor, counted in [`kept_descriptors`] while it lives.
+pub(crate) struct Kept(());
+
+impl Kept {
+    fn new() -> Self {
+        KEPT.fetch_add(1, Ordering::AcqRel);
+        Kept(())
+    }
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        KEPT.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// The page memory of a pool the engine allocated.
 pub(crate) enum EngineMemory {
@@ -26,6 +53,8 @@ pub(crate) enum EngineMemory {
     File {
         /// The descriptor.
         file: File,
+        /// Its place in the count of kept descriptors.
+        _kept: Kept,
         /// Offset of the page memory in it.
         base: u64,
         /// Bytes of page memory.
@@ -68,6 +97,7 @@ impl EngineMemory {
         }
         Ok(EngineMemory::File {
             file,
+            _kept: Kept::new(),
             base: offset,
             len,
         })
@@ -82,7 +112,9 @@ impl EngineMemory {
     pub(crate) fn write(&self, at: u64, bytes: &[u8]) -> Result<()> {
         match self {
             EngineMemory::Mapped { region, base } => region.write(base + at, bytes),
-            EngineMemory::File { file, base, len } => {
+            EngineMemory::File {
+                file, base, len, ..
+            } => {
                 let end = checked(at, bytes.len(), *len)?;
                 // A descriptor shrunk under the pool must not grow back by this write.
                 let size = file
@@ -102,7 +134,9 @@ impl EngineMemory {
     pub(crate) fn append(&self, at: u64, n: usize, out: &mut Vec<u8>) -> Result<()> {
         match self {
             EngineMemory::Mapped { region, base } => region.append(base + at, n, out),
-            EngineMemory::File { file, base, len } => {
+            EngineMemory::File {
+                file, base, len, ..
+            } => {
                 checked(at, n, *len)?;
                 let old = out.len();
                 out.resize(old + n, 0);

@@ -23,6 +23,7 @@ mod region;
 mod tests;
 
 pub use attached_pool::AttachedPool;
+pub use engine_memory::kept_descriptors;
 pub use engine_pool::{HostPool, engine_memory};
 pub use fenced_states::FencedStates;
 pub use layout::{DATA_ALIGN, HEADER_LEN, REGION_MAGIC, REGION_VERSION};

@@ -200,7 +200,7 @@ fn register_pool(
         ));
     }
     let bridge = shared.bridge(id);
-    crate::transfer::register_pool(&bridge, &s, spec, memory, fds)?;
+    crate::transfer::register_pool(&bridge, &s, spec, memory, fds, shared.config.max_kept_files)?;
     Ok(Some(Message::PoolRegistered { pool }))
 }
 

@@ -65,6 +65,11 @@ pub struct ServerConfig {
     pub max_connection_bytes: u64,
     /// A reply not taken by the peer within this is its last: the connection is closed.
     pub send_timeout: Duration,
+    /// Descriptors of engine memory the daemon keeps open, over every connection: a pool whose
+    /// memory is not sealed against shrinking keeps one (it is copied through it). Past it, such
+    /// a pool is refused (`LimitExceeded`), so peers cannot take every descriptor the daemon
+    /// may open (its accepts, segments and tokens need them).
+    pub max_kept_files: usize,
 }
 
 impl ServerConfig {
@@ -82,9 +87,14 @@ impl ServerConfig {
             max_connections: 1024,
             max_connection_bytes: (1 << 30) + (128 << 20),
             send_timeout: Duration::from_secs(10),
+            max_kept_files: DEFAULT_MAX_KEPT_FILES,
         }
     }
 }
+
+/// [`ServerConfig::max_kept_files`] by default; `orbitkv serve` sizes it from its open-files
+/// limit.
+pub const DEFAULT_MAX_KEPT_FILES: usize = 4096;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]

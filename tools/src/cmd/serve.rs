@@ -152,6 +152,10 @@ fn free_bytes(dir: &Path) -> Option<u64> {
 /// socket, the metrics listener, the random source.
 const FILES_BESIDE_CONNECTIONS: u64 = 256;
 
+/// Descriptors of engine memory under which `serve` warns that the open-files limit is low: an
+/// engine rank keeps one per pool it registers unsealed.
+const MIN_KEPT_FILES: u64 = 1024;
+
 /// Raises the soft limit of open files to the hard one. Returns the limit in force after.
 #[expect(
     unsafe_code,
@@ -327,15 +331,19 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
         uids: file.peers.uids.clone(),
         gids: file.peers.gids.clone(),
     };
-    // Each connection holds two descriptors, and a pool in engine memory one more.
+    // Each connection holds two descriptors; what is left beside the daemon's own files is
+    // for pools of engine memory that keep one (bounded over every connection).
     if let Some(files) = raise_open_files_limit() {
-        let needed = server_cfg.max_connections as u64 * 3 + FILES_BESIDE_CONNECTIONS;
-        if files < needed {
+        let fixed = server_cfg.max_connections as u64 * 2 + FILES_BESIDE_CONNECTIONS;
+        let kept = files.saturating_sub(fixed);
+        server_cfg.max_kept_files = usize::try_from(kept).unwrap_or(usize::MAX);
+        if kept < MIN_KEPT_FILES {
             tracing::warn!(
                 open_files = files,
                 max_connections = server_cfg.max_connections,
-                "the open-files limit is below what the connection limit may need ({needed}); \
-                 raise it (ulimit -n) or lower limits.max_connections"
+                kept_files = kept,
+                "the open-files limit leaves {kept} descriptors for pools of engine memory \
+                 beside the connections; raise it (ulimit -n) or lower limits.max_connections"
             );
         }
     }
