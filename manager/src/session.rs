@@ -146,6 +146,8 @@ struct Instance {
     deadline: Option<Instant>,
     /// The epoch sealed last.
     current: Option<u64>,
+    /// Whether that epoch's round had no scheduler.
+    no_scheduler: bool,
 }
 
 /// Where session tokens come from.
@@ -230,6 +232,9 @@ impl Sessions {
                 held,
             }];
         }
+        if let Some(events) = self.rejoin(conn, &reg, held) {
+            return events;
+        }
         let inst = self.instances.entry(reg.instance.clone()).or_default();
         if let Some(p) = inst
             .pending
@@ -271,7 +276,8 @@ impl Sessions {
         }
         let round = std::mem::take(&mut inst.pending);
         inst.deadline = None;
-        match seal(&round) {
+        let regs: Vec<&Register> = round.iter().map(|p| &p.reg).collect();
+        match seal(&regs) {
             Err(refusal) => round
                 .iter()
                 .map(|p| Event::Refused {
@@ -289,6 +295,7 @@ impl Sessions {
                 let identity = ComputationIdentity::from_digest(round[0].reg.identity);
                 if let Some(inst) = self.instances.get_mut(&name) {
                     inst.current = Some(epoch);
+                    inst.no_scheduler = round[0].reg.no_scheduler;
                 }
                 let sealed = Arc::new(SealedInstance {
                     name,
@@ -356,6 +363,81 @@ impl Sessions {
                 events
             }
         }
+    }
+
+    /// A rank whose session in its instance's current epoch is gone (its connection closed),
+    /// registering again as the sealed computation, joins that epoch at once: the other ranks
+    /// keep their sessions, and no round waits for ranks that never register again. `None`
+    /// where it does not: a round is in progress, the rank's session lives, or anything of the
+    /// registration differs from the seal's (then a new round starts, as before).
+    fn rejoin(&mut self, conn: ConnId, reg: &Register, held: u64) -> Option<Vec<Event>> {
+        let inst = self.instances.get(&reg.instance)?;
+        let current = inst.current?;
+        if !inst.pending.is_empty() || inst.no_scheduler != reg.no_scheduler {
+            return None;
+        }
+        let of_epoch =
+            |s: &&Session| s.instance.name == reg.instance && s.instance.epoch == current;
+        let sealed = self.sessions.values().find(of_epoch)?.instance.clone();
+        let taken = self
+            .sessions
+            .values()
+            .filter(of_epoch)
+            .any(|s| s.role == reg.role && s.rank == reg.rank);
+        if taken
+            || (&reg.model, &reg.revision) != (&sealed.model, &sealed.revision)
+            || reg.workers != sealed.workers
+        {
+            return None;
+        }
+        let (namespace, domain, layout, contract) = seal(&[reg]).ok()?;
+        if (namespace, domain, &layout, &contract)
+            != (
+                sealed.namespace,
+                sealed.domain,
+                &sealed.layout,
+                &sealed.contract,
+            )
+        {
+            return None;
+        }
+        let token = match self.tokens.token() {
+            Ok(t) => t,
+            Err(e) => {
+                let refusal = Refusal::new(ErrorCode::Internal, format!("no session token: {e}"));
+                return Some(vec![Event::Refused {
+                    conn,
+                    refusal,
+                    held,
+                }]);
+            }
+        };
+        // This connection's sessions of the instance's earlier epochs are replaced, as at a seal.
+        self.sessions.retain(|_, s| {
+            s.instance.name != reg.instance || s.instance.epoch == current || s.conn != conn
+        });
+        let id = self.next_session;
+        self.next_session += 1;
+        self.sessions.insert(
+            token,
+            Session {
+                id,
+                conn,
+                role: reg.role,
+                rank: reg.rank,
+                instance: sealed,
+            },
+        );
+        Some(vec![Event::Sealed {
+            conn,
+            reply: Message::Sealed {
+                session: id,
+                epoch: current,
+                namespace: namespace.0,
+                token,
+            },
+            held,
+        }])
     }
 
     /// Times out rounds whose deadline has passed: every rank of such a round is refused,
@@ -595,12 +677,13 @@ fn short(b: &[u8]) -> String {
 
 /// Checks that a complete round agrees, and derives the instance's namespace and contract.
 fn seal(
-    round: &[Pending],
+    round: &[&Register],
 ) -> Result<(Namespace, HashDomain, StorageLayout, RecoveryContract), Refusal> {
     let refuse = |d: String| Refusal::new(ErrorCode::SealRefused, d);
-    let first = &round[0].reg;
-    for p in &round[1..] {
-        let r = &p.reg;
+    let Some(first) = round.first() else {
+        return Err(refuse("a round of no registration".into()));
+    };
+    for r in &round[1..] {
         let differ = |field: &str, a: String, b: String| {
             Err(refuse(format!(
                 "the ranks disagree on {field}: {} says {a}, {} says {b}",
@@ -674,8 +757,7 @@ fn seal(
         )));
     }
     // Each worker's own formats are the layout's for its rank.
-    for p in round.iter().filter(|p| p.reg.role == Role::Worker) {
-        let r = &p.reg;
+    for r in round.iter().filter(|r| r.role == Role::Worker) {
         if r.formats.len() != layout.groups().len() {
             return Err(refuse(format!(
                 "worker {} registered {} state formats for {} cache groups",

@@ -470,3 +470,60 @@ fn every_registration_gives_its_held_bytes_back_in_its_one_event() {
         [waits.held_bytes()]
     );
 }
+
+#[test]
+fn a_rank_whose_connection_closed_rejoins_the_sealed_epoch_alone() {
+    let mut s = sessions();
+    let now = Instant::now();
+    let first = sealed(&round(&mut s, now, |_| {}, 0));
+    let epoch = first[0].1;
+    // Worker 1's connection closes; the scheduler and worker 0 keep their sessions.
+    assert_eq!(s.disconnect(3).len(), 1);
+    // It registers again, alone, as the same computation: sealed at once, in the same epoch.
+    let again = sealed(&s.register(7, reg(Role::Worker, 1), now));
+    assert_eq!(again.len(), 1);
+    assert_eq!((again[0].0, again[0].1, again[0].2), (7, epoch, first[2].2));
+    assert_ne!(again[0].3, first[2].3, "a new token");
+    for (_, e, _, token) in [&first[0], &first[1], &again[0]] {
+        assert!(s.check(token, *e).is_ok(), "every rank serves on");
+    }
+    // A rank whose session lives registering again starts a new round, as before.
+    assert!(s.register(8, reg(Role::Worker, 1), now).is_empty());
+    assert!(s.check(&again[0].3, epoch).is_ok());
+}
+
+#[test]
+fn a_rank_rejoins_only_as_the_computation_sealed() {
+    let now = Instant::now();
+    let changes: Vec<Change> = vec![
+        Box::new(|r| r.identity = [9; 32]),
+        Box::new(|r| r.model = "another".into()),
+        Box::new(|r| r.scope = "tenant-b".into()),
+        Box::new(|r| r.rules = vec![(0, Rule::Undefined)]),
+        Box::new(|r| r.no_scheduler = true),
+    ];
+    for change in changes {
+        let mut s = sessions();
+        let first = sealed(&round(&mut s, now, |_| {}, 0));
+        s.disconnect(3);
+        let mut r = reg(Role::Worker, 1);
+        change(&mut r);
+        // Not sealed into the old epoch: a round starts (and waits for the other ranks).
+        let out = s.register(7, r, now);
+        assert!(
+            out.iter().all(|e| !matches!(e, Event::Sealed { .. })),
+            "{out:?}"
+        );
+        assert!(s.check(&first[0].3, first[0].1).is_ok());
+    }
+    // Every rank gone: an engine restart seals a new epoch, as before.
+    let mut s = sessions();
+    let first = sealed(&round(&mut s, now, |_| {}, 0));
+    for c in 1..=3 {
+        s.disconnect(c);
+    }
+    assert!(s.register(11, reg(Role::Scheduler, 0), now).is_empty());
+    assert!(s.register(12, reg(Role::Worker, 0), now).is_empty());
+    let next = sealed(&s.register(13, reg(Role::Worker, 1), now));
+    assert!(next[0].1 > first[0].1, "a new epoch");
+}

@@ -386,3 +386,29 @@ def test_a_refused_acquire_is_a_miss_and_keeps_the_connection(
         assert run_through(c, "served", 1)[0] == 4 * BLOCK
     finally:
         c.close()
+
+
+def test_a_rank_that_reconnects_alone_serves_again(own_daemon: Daemon, model_dir: Path) -> None:
+    """One rank's connection drops (a Load timed out, say) while the others stay sealed: it
+    registers again alone and the daemon seals it into the instance's current epoch, so the
+    instance serves again rather than waiting for a round the other ranks never join."""
+    publish(model_dir, own_daemon.socket, prompts=6)
+    c = Instance(model_dir, "consumer", own_daemon.socket)
+    worker = c.worker.worker
+    try:
+        assert run_through(c, "before", 0)[0] == 4 * BLOCK
+        sealed = worker.session.seal
+        assert sealed is not None
+        worker.session.lost("a test drops this rank's connection")
+        served = False
+        for k in range(1, 6):
+            if run_through(c, f"after-{k}", k)[0] == 4 * BLOCK:
+                served = True
+                break
+            time.sleep(0.2)
+        assert served, "served again"
+        again = worker.session.seal
+        assert again is not None and again.epoch == sealed.epoch, "the same epoch"
+        assert again.token != sealed.token
+    finally:
+        c.close()
