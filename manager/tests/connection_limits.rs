@@ -214,3 +214,25 @@ fn a_publish_of_tiny_pages_is_held_as_the_frames_it_builds() {
         other => panic!("not refused: {other:?}"),
     }
 }
+
+#[test]
+fn a_reply_past_the_frame_limit_is_refused_not_sent() {
+    // The metrics text is some kB: past a 2 KiB frame limit, which the client holds the daemon
+    // to. Sent, it would end the connection; refused, the connection serves on.
+    let d = Daemon::start_with(|c| {
+        c.max_body = 2048;
+        c.max_request_bytes = 2048;
+        c.max_connection_bytes = 8192;
+    });
+    let mut c = d.client();
+    match c.stats() {
+        Err(ClientError::Refused {
+            code: ErrorCode::LimitExceeded,
+            detail,
+            ..
+        }) => assert!(detail.contains("frame limit"), "{detail}"),
+        other => panic!("{other:?}"),
+    }
+    c.sync()
+        .unwrap_or_else(|e| panic!("the connection serves on: {e}"));
+}

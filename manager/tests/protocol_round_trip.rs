@@ -343,7 +343,7 @@ fn a_query_names_a_bounded_number_of_hashes_and_groups() {
 }
 
 #[test]
-fn a_register_carries_a_bounded_number_of_formats_and_rules() {
+fn a_register_and_a_pool_carry_a_bounded_number_of_groups() {
     // Empty formats take four bytes each on the wire and far more decoded.
     let decodes = |formats: usize, rules: usize| {
         let Some(Message::Register(mut reg)) = every_message().into_iter().nth(1) else {
@@ -358,6 +358,31 @@ fn a_register_carries_a_bounded_number_of_formats_and_rules() {
     };
     let most = orbitkv_state::layout::MAX_GROUPS;
     assert!(decodes(most, most).is_ok());
+    // A pool's groups likewise.
+    let pool = |n: usize| {
+        let Some(Message::RegisterPool {
+            token,
+            mut spec,
+            memory,
+        }) = every_message().into_iter().nth(2)
+        else {
+            panic!("the third message is a RegisterPool");
+        };
+        spec.groups = vec![spec.groups[0]; n];
+        let f = Message::RegisterPool {
+            token,
+            spec,
+            memory,
+        }
+        .encode_frame(1)
+        .unwrap_or_else(|e| panic!("{e}"));
+        decode_frame(&f, DEFAULT_MAX_BODY)
+    };
+    assert!(pool(most).is_ok());
+    assert!(matches!(
+        pool(most + 1),
+        Err(ProtocolError::BadField { .. })
+    ));
     for (formats, rules) in [(most + 1, 0), (0, most + 1), (1 << 20, 0)] {
         assert!(
             matches!(decodes(formats, rules), Err(ProtocolError::BadField { .. })),

@@ -62,9 +62,27 @@ impl Outbox {
     /// Sends `m` in reply to `request`, without waiting: what the socket does not take now goes
     /// to the queue. False when the connection is closed, or is closed now because its queue
     /// is full (the peer does not read its replies).
+    /// A reply whose body would pass the frame limit (a Proof over many ranks and blocks) is
+    /// answered `LimitExceeded` instead: the peer would refuse the frame and lose the
+    /// connection.
     pub(crate) fn send(&self, request: u64, m: &Message) -> bool {
-        let Ok(frame) = m.encode_frame(request) else {
-            return false;
+        let frame = match m.encode_frame(request) {
+            Ok(f) if f.len() <= HEADER_LEN + self.cap => f,
+            Ok(f) => {
+                let refusal = Refusal::new(
+                    ErrorCode::LimitExceeded,
+                    format!(
+                        "the reply of {} bytes passes the frame limit of {} bytes; ask for fewer blocks",
+                        f.len() - HEADER_LEN,
+                        self.cap
+                    ),
+                );
+                let Ok(f) = refusal.message().encode_frame(request) else {
+                    return false;
+                };
+                f
+            }
+            Err(_) => return false,
         };
         let mut st = self.state();
         if st.closed {

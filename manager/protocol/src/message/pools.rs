@@ -49,6 +49,15 @@ impl Body for PoolSpec {
             });
         }
         let n = r.count("cache groups", 32)?;
+        if n > orbitkv_state::layout::MAX_GROUPS {
+            return Err(ProtocolError::BadField {
+                what: "cache groups",
+                why: format!(
+                    "{n} groups, more than a layout's {}",
+                    orbitkv_state::layout::MAX_GROUPS
+                ),
+            });
+        }
         let mut groups = Vec::with_capacity(n);
         for _ in 0..n {
             groups.push(GroupGeometry {
