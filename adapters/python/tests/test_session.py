@@ -13,6 +13,7 @@ import orbitkv
 import pytest
 from conftest import SEND_TIMEOUT_MS, Daemon
 from engine import Engine, payload, tokens
+from orbitkv.session import session_gone
 
 BLOCKS = 6
 
@@ -223,11 +224,17 @@ def test_a_forged_token_is_refused_with_its_reason(daemon: Daemon) -> None:
         conn.query(b"\x01" * 32, 1, 0, 4, [(0, [b"\x02" * 32])])
     assert refused.value.code == "bad_token"
     assert refused.value.retryable is False
+    assert session_gone(refused.value), "the adapters register again"
     with pytest.raises(orbitkv.InvalidInput):
         conn.query(b"short", 1, 0, 4, [(0, [b"\x02" * 32])])
     conn.close()
-    with pytest.raises(orbitkv.ConnectionLost):
+    with pytest.raises(orbitkv.ConnectionLost) as lost:
         conn.query(b"\x01" * 32, 1, 0, 4, [(0, [b"\x02" * 32])])
+    assert session_gone(lost.value)
+    # Any other refusal leaves the session as it is (a miss, a page not stored).
+    later = orbitkv.RefusedError("retry later: the disk is full")
+    later.code = "retry_later"
+    assert not session_gone(later)
 
 
 def test_threads_share_one_connection(daemon: Daemon) -> None:

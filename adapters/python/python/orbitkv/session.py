@@ -27,6 +27,17 @@ HANDSHAKE_WAIT = 10.0
 RECONNECT_HANDSHAKE = 1.0
 # How often `settle` says that it still waits for a stuck copy into a page.
 STUCK_LOG_EVERY = 30.0
+# Refusals saying the session itself is gone (the instance sealed again, or the daemon
+# restarted): the rank registers again. Any other refusal leaves the connection as it is.
+SESSION_GONE = frozenset({"bad_token", "stale_epoch"})
+
+
+def session_gone(e: BaseException) -> bool:
+    """Whether `e` ends the session: the connection is lost, or a refusal says the session is
+    gone."""
+    if isinstance(e, orbitkv.ConnectionLost):
+        return True
+    return isinstance(e, orbitkv.RefusedError) and getattr(e, "code", None) in SESSION_GONE
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from sglang.srt.observability.metrics_collector import StorageMetrics
 
 import orbitkv
 from orbitkv import weights
-from orbitkv.session import Registration, Session, settle, take_replies
+from orbitkv.session import Registration, Session, session_gone, settle, take_replies
 from orbitkv.sglang.settings import (
     DOMAIN,
     GROUP,
@@ -322,7 +322,7 @@ class OrbitKVStorage(HiCacheStorage):
 
     def _fail(self, call: str, e: BaseException, conn: orbitkv.Connection | None = None) -> None:
         self.stats["errors"] += 1
-        if isinstance(e, orbitkv.ConnectionLost) and self.session is not None:
+        if session_gone(e) and self.session is not None:
             with self._lock:
                 self.session.lost(str(e), conn)
         log.warning("OrbitKV: %s failed (%s: %s)", call, type(e).__name__, e)

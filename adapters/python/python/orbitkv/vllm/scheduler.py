@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orbitkv
-from orbitkv.session import Registration, Session
+from orbitkv.session import Registration, Session, session_gone
 from orbitkv.vllm.metadata import LoadSpec, OrbitKVMetadata, PublishSpec
 from orbitkv.vllm.settings import (
     Settings,
@@ -41,8 +41,6 @@ UNANSWERED_PAUSE = 5.0
 SEAL_WAIT = 5.0
 # How long an Acquire may take before its blocks count as lost (vLLM recomputes them).
 ACQUIRE_WAIT = 2.0
-# Refusals saying the session itself is gone: the instance registers again.
-SESSION_GONE = frozenset({"bad_token", "stale_epoch"})
 # How long a late Acquire's reply is watched for, so that a lease granted after all is given back
 # at once rather than holding its records until the daemon's lease TTL.
 LATE_ACQUIRE_WATCH = 60.0
@@ -467,7 +465,7 @@ class SchedulerSide:
     def _failed(self, e: orbitkv.OrbitKVError) -> None:
         """A request failed: a refusal is a miss, the connection kept, unless it says the
         session is gone (the instance sealed again, or the daemon restarted)."""
-        if isinstance(e, orbitkv.RefusedError) and getattr(e, "code", None) not in SESSION_GONE:
+        if isinstance(e, orbitkv.RefusedError) and not session_gone(e):
             log.debug("OrbitKV: refused (%s); counted as a miss", e)
             return
         self._lost(e)
