@@ -6,6 +6,8 @@ mod common;
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use common::*;
 use orbitkv_segments::Alignment;
@@ -278,15 +280,28 @@ fn a_sealed_segment_with_a_bad_footer_is_quarantined_and_the_rest_served() {
 fn concurrent_puts_and_gets_never_return_wrong_bytes() {
     let io = FaultIo::new();
     let store = Arc::new(open(&io, 256 << 10, Durability::Manual));
+    // The writer puts half, then waits for a read of one (up to 10 s) before the rest: reads
+    // overlap writes however the threads are scheduled.
+    let seen = Arc::new(AtomicBool::new(false));
     let writer = {
-        let store = store.clone();
-        std::thread::spawn(move || put_range(&store, 9, 0, 400, 2000))
+        let (store, seen) = (store.clone(), seen.clone());
+        std::thread::spawn(move || {
+            put_range(&store, 9, 0, 200, 2000);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !seen.load(Ordering::Acquire) && Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+            put_range(&store, 9, 200, 400, 2000);
+        })
     };
     let mut hits = 0;
     while !writer.is_finished() {
         for i in 0..400 {
             match check(&store, 9, i, 2000) {
-                Some(true) => hits += 1,
+                Some(true) => {
+                    hits += 1;
+                    seen.store(true, Ordering::Release);
+                }
                 Some(false) => panic!("record {i} read with different bytes"),
                 None => {}
             }
