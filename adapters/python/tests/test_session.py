@@ -399,3 +399,16 @@ def test_a_pool_registration_waits_only_its_timeout(tmp_path: Path) -> None:
     finally:
         engine.close()
         d.stop()
+
+
+def test_publishes_are_cut_within_the_daemons_limits() -> None:
+    from orbitkv.session import PUBLISH_CHUNK_BYTES, PUBLISH_CHUNK_PAGES, chunks
+
+    assert chunks([]) == []
+    assert chunks([10] * 5) == [range(0, 5)]
+    n = PUBLISH_CHUNK_PAGES
+    assert chunks([1] * (n + 1)) == [range(0, n), range(n, n + 1)]
+    half = PUBLISH_CHUNK_BYTES // 2
+    assert chunks([half, half, 1, half]) == [range(0, 2), range(2, 4)]
+    # A page larger than the limit goes alone.
+    assert chunks([1, 2 * PUBLISH_CHUNK_BYTES, 1]) == [range(0, 1), range(1, 2), range(2, 3)]

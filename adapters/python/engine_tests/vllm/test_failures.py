@@ -412,3 +412,58 @@ def test_a_rank_that_reconnects_alone_serves_again(own_daemon: Daemon, model_dir
         assert again.token != sealed.token
     finally:
         c.close()
+
+
+class LeasedPool:
+    """A pool whose every page stays leased by the daemon: reuse is refused, revoke moves on."""
+
+    def __init__(self) -> None:
+        self.revoked: list[int] = []
+
+    def reuse(self, block: int) -> int:
+        raise orbitkv.RefusedError(f"page {block} is leased")
+
+    def revoke(self, block: int) -> int:
+        self.revoked.append(block)
+        return 7
+
+    def leases(self, block: int) -> int:
+        return 1
+
+
+class DaemonIn:
+    """A connection whose daemon's process is in `state`."""
+
+    def __init__(self, state: str | None) -> None:
+        self.state = state
+
+    def daemon_state(self) -> str | None:
+        return self.state
+
+
+def test_a_page_a_lost_load_may_still_copy_into_is_skipped_not_revoked(
+    own_daemon: Daemon, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page still leased after a Load whose reply never came may yet receive that copy: it is
+    skipped (its block a load error, or not published) while the daemon may run, and taken
+    again, revoked, once the daemon is gone. A page leased by no copy of this rank's is
+    revoked at once."""
+    c = Instance(model_dir, "consumer", own_daemon.socket)
+    worker = c.worker.worker
+    pool = LeasedPool()
+    monkeypatch.setattr(type(worker), "pool", property(lambda self: pool))
+    try:
+        daemon = DaemonIn(None)
+        worker.abandoned[3] = daemon  # type: ignore[assignment]
+        assert worker._fresh(3) is None, "skipped while the daemon may copy"
+        daemon.state = "running"
+        assert worker._fresh(3) is None
+        assert pool.revoked == []
+        daemon.state = "gone"
+        assert worker._fresh(3) == 7, "revoked once the daemon is gone"
+        assert 3 not in worker.abandoned
+        assert worker._fresh(5) == 7, "leased by no copy of this rank's: revoked"
+        assert pool.revoked == [3, 5]
+    finally:
+        monkeypatch.undo()
+        c.close()

@@ -1,12 +1,16 @@
 """A Publish out of vLLM's own memory waits for the step that wrote its blocks: on a GPU the
 daemon copies on a stream of its own, so the worker holds the Publish until the step's CUDA
 event has completed (with async scheduling the step may still run when `wait_for_save` is
-called). Here the fence is a gate the test opens; on a GPU it is `torch.cuda.Event`."""
+called). Here the fence is a gate the test opens; on a GPU it is `torch.cuda.Event`. A step's
+publishes past the daemon's per-request limits go as several Publishes."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import orbitkv.session
+import pytest
 from daemon import Daemon
 from harness import BLOCK, Instance
 from orbitkv.vllm.metadata import OrbitKVMetadata
@@ -81,4 +85,33 @@ def test_a_preemption_waits_for_the_step(daemon: Daemon, model_dir: Path) -> Non
         assert gate.waited == 1 and not w.pending and not w.in_flight
         p.run()
     finally:
+        p.close()
+
+
+def test_a_steps_publishes_go_in_publishes_the_daemon_takes(
+    daemon: Daemon, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One page a Publish: a step's four blocks go as four, each stored."""
+    monkeypatch.setattr(orbitkv.session, "PUBLISH_CHUNK_PAGES", 1)
+    p = Instance(model_dir, "chunked-w", daemon.socket)
+    c = Instance(model_dir, "chunked-r", daemon.socket)
+
+    def committed() -> int:
+        conn = c.worker.worker.session.conn
+        assert conn is not None
+        found = re.search(r"^orbitkv_committed_publishes_total (\d+)$", conn.stats(), re.M)
+        assert found is not None
+        return int(found.group(1))
+
+    fresh = [(i * 31 + 7) % 1000 for i in range(4 * BLOCK)] + [5]
+    try:
+        before = committed()
+        assert p.start_of("w", fresh) == 0
+        worker = p.worker.worker
+        assert worker.wait_durable(10.0)
+        assert worker.stats["durable_pages"] == 4
+        assert committed() - before == 4, "four Publishes"
+        assert c.start_of("r", fresh) == 4 * BLOCK, "every one stored"
+    finally:
+        c.close()
         p.close()

@@ -176,6 +176,28 @@ class Session:
         self.conn, self.seal = None, None
 
 
+# A Publish carries at most this many page bytes and pages, within the daemon's default limits
+# (1 GiB of page bytes a request, a 16 MiB frame, a connection's memory): larger ones are sent
+# as several.
+PUBLISH_CHUNK_BYTES = 256 << 20
+PUBLISH_CHUNK_PAGES = 4096
+
+
+def chunks(sizes: list[int]) -> list[range]:
+    """`sizes` (each page's bytes) cut into runs of at most `PUBLISH_CHUNK_PAGES` pages and
+    `PUBLISH_CHUNK_BYTES` bytes (a larger page alone)."""
+    out: list[range] = []
+    start, total = 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and (i - start >= PUBLISH_CHUNK_PAGES or total + size > PUBLISH_CHUNK_BYTES):
+            out.append(range(start, i))
+            start, total = i, 0
+        total += size
+    if start < len(sizes):
+        out.append(range(start, len(sizes)))
+    return out
+
+
 def take_replies(
     conn: orbitkv.Connection, requests: list[int], timeout: float
 ) -> tuple[list[int], dict[int, _Reply]]:

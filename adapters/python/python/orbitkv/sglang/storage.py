@@ -28,7 +28,14 @@ from sglang.srt.observability.metrics_collector import StorageMetrics
 
 import orbitkv
 from orbitkv import weights
-from orbitkv.session import Registration, Session, session_gone, settle, take_replies
+from orbitkv.session import (
+    Registration,
+    Session,
+    chunks,
+    session_gone,
+    settle,
+    take_replies,
+)
 from orbitkv.sglang.settings import (
     DOMAIN,
     GROUP,
@@ -528,22 +535,29 @@ class OrbitKVStorage(HiCacheStorage):
     def _publish(
         self, conn: orbitkv.Connection, seal: orbitkv.Sealed, pages: list[_PublishPage]
     ) -> list[bool] | None:
-        """Publishes `pages`; true per page copied out, or `None` when the reply never came.
-        Durability is the daemon's own: its reply is taken later, never waited for."""
-        request = conn.submit_publish(seal.token, seal.epoch, pages)
-        copied = self._ask(conn, request, COPIED_WAIT)
-        if not isinstance(copied, orbitkv.Pages):
-            return None
-        with self._lock:
-            self.durable_wait.append((conn, request))
-            # A PublishDurable that never comes must not grow the list: the oldest is forgotten.
-            dropped = self.durable_wait[:-DURABLE_WAIT_MAX]
-            del self.durable_wait[:-DURABLE_WAIT_MAX]
-        for c, r in dropped:
-            c.forget(r)
-        self.stats["durable_unknown"] += len(dropped)
+        """Publishes `pages` (several Publishes past the daemon's per-request limits); true per
+        page copied out, or `None` when a reply never came. Durability is the daemon's own: its
+        reply is taken later, never waited for."""
+        out: list[bool] = []
+        # Sized by a KV page (a hybrid model's other pages are of its order).
+        page_bytes = self.pages.page_bytes if self.pages is not None else 0
+        for part in chunks([page_bytes] * len(pages)):
+            request = conn.submit_publish(seal.token, seal.epoch, [pages[i] for i in part])
+            copied = self._ask(conn, request, COPIED_WAIT)
+            if not isinstance(copied, orbitkv.Pages):
+                return None
+            with self._lock:
+                self.durable_wait.append((conn, request))
+                # A PublishDurable that never comes must not grow the list: the oldest is
+                # forgotten.
+                dropped = self.durable_wait[:-DURABLE_WAIT_MAX]
+                del self.durable_wait[:-DURABLE_WAIT_MAX]
+            for c, r in dropped:
+                c.forget(r)
+            self.stats["durable_unknown"] += len(dropped)
+            out += [status == "ok" for status in copied.statuses]
         self.wait_durable(0.0)
-        return [status == "ok" for status in copied.statuses]
+        return out
 
     def wait_durable(self, timeout: float) -> bool:
         """Takes the PublishDurable replies that have come, waiting up to `timeout` for all;

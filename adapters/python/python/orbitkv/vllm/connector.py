@@ -201,7 +201,8 @@ class OrbitKVConnector(KVConnectorBase_V1, SupportsHMA):
             self._work().load(meta)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        # Loads complete in start_load_kv, before the forward pass.
+        # Loads are asynchronous: they complete in start_load_kv, and the request they serve is
+        # computed in a later step.
         return None
 
     def save_kv_layer(

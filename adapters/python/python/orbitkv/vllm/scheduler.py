@@ -70,6 +70,7 @@ class SchedulerSide:
         self.s = settings
         self.groups = kv_groups(kv_cache_config, layout, settings.pipeline)
         self.block = self.groups[0].block_size
+        self.group_ids = {g.group for g in self.groups}
         # Every load is asynchronous: vLLM runs no forward pass over a request's loaded blocks
         # before every rank has loaded them, so no block computed over a failed load is
         # published. Several groups: a failed block cannot be told to vLLM, a failed request
@@ -291,7 +292,7 @@ class SchedulerSide:
         pages: list[tuple[int, int, int, int]] = []
         if proof is not None:
             for pl in proof.loads:
-                if not 0 <= pl.group < len(block_ids):
+                if pl.group not in self.group_ids or pl.group >= len(block_ids):
                     # A group this instance does not have: its blocks stay unloaded (lost).
                     proven = first
                     pages = []

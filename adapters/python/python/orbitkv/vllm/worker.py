@@ -1,5 +1,6 @@
-"""The worker side: its rank's pool, the loads the scheduler's leases prove (before the forward
-pass) and the publishes of the blocks each step filled (after it).
+"""The worker side: its rank's pool, the loads the scheduler's leases prove (asynchronous: the
+requests they serve are computed in a later step) and the publishes of the blocks each step
+filled (after it).
 
 The pool is vLLM's own KV memory where the daemon can reach it, else a staging copy
 (`orbitkv.vllm.pages`). A page gets a new generation before each copy into it or out of it, so
@@ -13,7 +14,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orbitkv
-from orbitkv.session import Registration, Session, settle, take_replies
+from orbitkv.session import (
+    Registration,
+    Session,
+    chunks,
+    session_gone,
+    settle,
+    take_replies,
+)
 from orbitkv.vllm import weights
 from orbitkv.vllm.metadata import OrbitKVMetadata
 from orbitkv.vllm.pages import POOL, Fence, PageMemory, StagedMemory, page_memory
@@ -116,13 +124,20 @@ class WorkerSide:
         self.had_publish: set[str] = set()
         self.finished_waiting: set[str] = set()
         self.load_errors: set[int] = set()
-        # Asynchronous loads (several groups): the requests loaded, and those that failed.
+        # The requests whose loads ran, and those whose load failed as a whole (several groups).
         self.received: set[str] = set()
         self.failed_receiving: set[str] = set()
         # The handshake's content, in the first step's worker metadata.
         self.backend_told = False
         # (epoch, lease) pairs whose loads this rank ran since its last worker metadata.
         self.loaded_leases: set[tuple[int, int]] = set()
+        # Pages a Load's reply never came for that stayed leased past the wait, and that Load's
+        # connection: a copy into them may still land, so they are not reused while leased by
+        # a daemon that may still run.
+        self.abandoned: dict[int, orbitkv.Connection] = {}
+        # The step's device work queued before its forward pass, which its loads wait for
+        # (taken in `handle_preemptions`; vLLM starts asynchronous loads after the forward).
+        self.load_fence: Fence | None = None
         # vLLM zeroes the blocks it hands out before the next step's connector calls
         # (Mamba models, under its model runner V2): a publish is copied out within its step.
         self.copied_in_step = bool(
@@ -189,9 +204,17 @@ class WorkerSide:
         if pool is None:
             return None
         try:
-            return pool.reuse(block)
+            generation = pool.reuse(block)
+            self.abandoned.pop(block, None)
+            return generation
         except orbitkv.OrbitKVError:
             pass
+        conn = self.abandoned.get(block)
+        if conn is not None and conn.daemon_state() != "gone":
+            # A copy into it may still land: skipped while leased, never revoked.
+            log.warning("OrbitKV: pool page %d stays leased by a Load; its block is skipped", block)
+            return None
+        self.abandoned.pop(block, None)
         if block in self._busy_blocks():
             self._poll(COPIED_WAIT)
             self._give_up([p for p in self.in_flight if block in p.blocks])
@@ -211,9 +234,12 @@ class WorkerSide:
     # -- vLLM's worker calls -------------------------------------------------------------------
 
     def load(self, meta: OrbitKVMetadata) -> None:
-        """The step's loads, before its forward pass; a page not loaded is a load error."""
-        # Device memory: once a step, the daemon's copies wait for the work queued before them.
+        """The step's loads (vLLM computes their requests in a later step); a page not loaded
+        is a load error."""
+        # Device memory: once a step, the daemon's copies wait for the work queued before the
+        # step's forward pass (a block handed out may still be read by a step in flight).
         stream_done = False
+        fence, self.load_fence = self.load_fence, None
         for spec in meta.loads:
             if spec.lease:
                 self.loaded_leases.add((spec.epoch, spec.lease))
@@ -232,7 +258,10 @@ class WorkerSide:
                 self.stats.add("load_failures", len(mine))
             elif live is not None and self.memory is not None:
                 if not stream_done:
-                    self.memory.before_load()
+                    if fence is not None:
+                        fence.synchronize()
+                    else:
+                        self.memory.before_load()
                     stream_done = True
                 failed += self._load_pages(live, spec.lease, mine)
             # Asynchronous: vLLM computes the request once every rank has reported it.
@@ -267,8 +296,10 @@ class WorkerSide:
             )
         except orbitkv.RefusedError as e:
             # The whole Load refused (a lease given back or expired): nothing was copied, and
-            # the connection stays.
+            # the connection stays unless the refusal says the session is gone.
             log.warning("OrbitKV: a load was refused (%s); its blocks are recomputed", e)
+            if session_gone(e):
+                self.session.lost(str(e), conn)
             statuses = None
         except orbitkv.OrbitKVError as e:
             self.session.lost(str(e))
@@ -279,7 +310,13 @@ class WorkerSide:
             or self.memory is None
         ):
             # No reply: the daemon may still copy. vLLM recomputes into these blocks.
-            self._settle([block for _, block in staged], copying_in=conn)
+            blocks = [block for _, block in staged]
+            self._settle(blocks, copying_in=conn)
+            pool = self.pool
+            if pool is not None:
+                for block in blocks:
+                    if pool.leases(block):
+                        self.abandoned[block] = conn
             self.stats.add("load_failures", len(staged))
             return failed + [block for _, block in staged]
         for (group, block), status in zip(staged, statuses.statuses, strict=True):
@@ -335,19 +372,23 @@ class WorkerSide:
             self._poll()
 
     def _submit(self, pages: list[PublishPage], requests: set[str]) -> None:
+        """Publishes `pages`, in Publishes the daemon's per-request limits take."""
         live = self._live()
         if live is None:
             return
         conn, seal = live
-        try:
-            rid = conn.submit_publish(seal.token, seal.epoch, pages)
-        except orbitkv.OrbitKVError as e:
-            self.session.lost(str(e))
-            return
-        self.in_flight.append(
-            Published(rid, requests, [p[7] for p in pages], conn, time.monotonic())
-        )
-        self.stats.add("published_bytes", sum(self.layer_bytes * self._layers(p[0]) for p in pages))
+        sizes = [self.layer_bytes * self._layers(p[0]) for p in pages]
+        for part in chunks(sizes):
+            mine = [pages[i] for i in part]
+            try:
+                rid = conn.submit_publish(seal.token, seal.epoch, mine)
+            except orbitkv.OrbitKVError as e:
+                self.session.lost(str(e))
+                return
+            self.in_flight.append(
+                Published(rid, requests, [p[7] for p in mine], conn, time.monotonic())
+            )
+            self.stats.add("published_bytes", sum(sizes[i] for i in part))
 
     def _flush(self, wait: bool) -> None:
         """Sends the pending publishes whose step has finished (with `wait`, all of them)."""
@@ -378,6 +419,8 @@ class WorkerSide:
         daemon discards a late copy) and their blocks count as copied out."""
         for p in entries:
             self._settle(p.blocks, via=p.conn, timeout=0.0)
+            # Its replies, should they come, are not kept.
+            p.conn.forget(p.request_id)
             self.stats.add("publish_failures", len(p.blocks))
         gone = {id(p) for p in entries}
         self.in_flight = [p for p in self.in_flight if id(p) not in gone]
@@ -437,7 +480,8 @@ class WorkerSide:
     def preempted(self, meta: OrbitKVMetadata) -> None:
         """Before the step writes: vLLM frees a preempted request's blocks at once, and may
         hand out a block a publish still copies (a sliding-window block that left the window):
-        those copies must be out first."""
+        those copies must be out first. The step's loads wait for the device work queued now."""
+        self.load_fence = self.memory.fence() if meta.loads and self.memory is not None else None
 
         def touched(p: Published) -> bool:
             return bool(p.requests & meta.preempted or meta.allocated.intersection(p.blocks))
