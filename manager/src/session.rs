@@ -202,7 +202,8 @@ impl Sessions {
 
     /// Takes `conn`'s registration; returns what to send (nothing while the round waits).
     /// Every registration gets one event in the end, which says its bytes are no longer held
-    /// (a connection's memory counts them while the round waits).
+    /// (a connection's memory counts them while the round waits), unless its connection closes
+    /// first (its memory goes with it).
     pub fn register(&mut self, conn: ConnId, reg: Register, now: Instant) -> Vec<Event> {
         let held = reg.held_bytes();
         if let Err(refusal) = check_alone(&reg) {
@@ -371,36 +372,8 @@ impl Sessions {
     /// where it does not: a round is in progress, the rank's session lives, or anything of the
     /// registration differs from the seal's (then a new round starts, as before).
     fn rejoin(&mut self, conn: ConnId, reg: &Register, held: u64) -> Option<Vec<Event>> {
-        let inst = self.instances.get(&reg.instance)?;
-        let current = inst.current?;
-        if !inst.pending.is_empty() || inst.no_scheduler != reg.no_scheduler {
-            return None;
-        }
-        let of_epoch =
-            |s: &&Session| s.instance.name == reg.instance && s.instance.epoch == current;
-        let sealed = self.sessions.values().find(of_epoch)?.instance.clone();
-        let taken = self
-            .sessions
-            .values()
-            .filter(of_epoch)
-            .any(|s| s.role == reg.role && s.rank == reg.rank);
-        if taken
-            || (&reg.model, &reg.revision) != (&sealed.model, &sealed.revision)
-            || reg.workers != sealed.workers
-        {
-            return None;
-        }
-        let (namespace, domain, layout, contract) = seal(&[reg]).ok()?;
-        if (namespace, domain, &layout, &contract)
-            != (
-                sealed.namespace,
-                sealed.domain,
-                &sealed.layout,
-                &sealed.contract,
-            )
-        {
-            return None;
-        }
+        let sealed = self.rejoins(reg)?;
+        let (current, namespace) = (sealed.epoch, sealed.namespace);
         let token = match self.tokens.token() {
             Ok(t) => t,
             Err(e) => {
@@ -438,6 +411,82 @@ impl Sessions {
             },
             held,
         }])
+    }
+
+    /// The sealed instance `reg` would rejoin ([`Sessions::rejoin`]), if it would.
+    fn rejoins(&self, reg: &Register) -> Option<Arc<SealedInstance>> {
+        let inst = self.instances.get(&reg.instance)?;
+        let current = inst.current?;
+        if !inst.pending.is_empty() || inst.no_scheduler != reg.no_scheduler {
+            return None;
+        }
+        let of_epoch =
+            |s: &&Session| s.instance.name == reg.instance && s.instance.epoch == current;
+        let sealed = self.sessions.values().find(of_epoch)?.instance.clone();
+        let taken = self
+            .sessions
+            .values()
+            .filter(of_epoch)
+            .any(|s| s.role == reg.role && s.rank == reg.rank);
+        if taken
+            || (&reg.model, &reg.revision) != (&sealed.model, &sealed.revision)
+            || reg.workers != sealed.workers
+        {
+            return None;
+        }
+        let (namespace, domain, layout, contract) = seal(&[reg]).ok()?;
+        let same = (namespace, domain, &layout, &contract)
+            == (
+                sealed.namespace,
+                sealed.domain,
+                &sealed.layout,
+                &sealed.contract,
+            );
+        same.then_some(sealed)
+    }
+
+    /// After a disconnect: a round in progress whose every registration would now rejoin its
+    /// instance's sealed epoch is sealed so. A rank that registered again while the daemon
+    /// still served its old connection (a Load it gave up on) found its session alive and
+    /// started a round; its old session going frees it, rather than the round's timeout.
+    pub fn rejoin_waiting(&mut self) -> Vec<Event> {
+        let names: Vec<String> = self
+            .instances
+            .iter()
+            .filter(|(_, i)| !i.pending.is_empty() && i.current.is_some())
+            .map(|(n, _)| n.clone())
+            .collect();
+        let mut events = Vec::new();
+        for name in names {
+            let Some(inst) = self.instances.get_mut(&name) else {
+                continue;
+            };
+            let pending = std::mem::take(&mut inst.pending);
+            let deadline = inst.deadline.take();
+            if !pending.iter().all(|p| self.rejoins(&p.reg).is_some()) {
+                if let Some(inst) = self.instances.get_mut(&name) {
+                    inst.pending = pending;
+                    inst.deadline = deadline;
+                }
+                continue;
+            }
+            for p in pending {
+                let refused = |p: &Pending| Event::Refused {
+                    conn: p.conn,
+                    refusal: Refusal::new(
+                        ErrorCode::SealRefused,
+                        "the instance's epoch changed while this rank rejoined it",
+                    ),
+                    held: p.held,
+                };
+                match self.rejoin(p.conn, &p.reg, p.held) {
+                    Some(e) => events.extend(e),
+                    // Not after the check above; answered rather than dropped all the same.
+                    None => events.push(refused(&p)),
+                }
+            }
+        }
+        events
     }
 
     /// Times out rounds whose deadline has passed: every rank of such a round is refused,

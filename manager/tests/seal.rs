@@ -490,6 +490,13 @@ fn a_rank_whose_connection_closed_rejoins_the_sealed_epoch_alone() {
     // A rank whose session lives registering again starts a new round, as before.
     assert!(s.register(8, reg(Role::Worker, 1), now).is_empty());
     assert!(s.check(&again[0].3, epoch).is_ok());
+    assert!(s.rejoin_waiting().is_empty(), "the old session lives");
+    // Once that session's connection closes, the waiting registration rejoins the epoch.
+    s.disconnect(7);
+    let late = sealed(&s.rejoin_waiting());
+    assert_eq!((late.len(), late[0].0, late[0].1), (1, 8, epoch));
+    assert!(s.check(&first[0].3, epoch).is_ok());
+    assert!(s.rejoin_waiting().is_empty());
 }
 
 #[test]

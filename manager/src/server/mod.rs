@@ -175,6 +175,9 @@ impl Shared {
     /// detached (no copy touches its pages from here on), its leases ended.
     fn forget_conn(&self, id: ConnId) {
         self.sessions().disconnect(id);
+        // A rank that registered again before this connection's session went may rejoin now.
+        let events = self.sessions().rejoin_waiting();
+        self.dispatch(events);
         let bridge = self
             .bridges
             .lock()

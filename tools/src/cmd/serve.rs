@@ -156,6 +156,9 @@ const FILES_BESIDE_CONNECTIONS: u64 = 256;
 /// engine rank keeps one per pool it registers unsealed.
 const MIN_KEPT_FILES: u64 = 1024;
 
+/// Descriptors of engine memory kept however low the open-files limit is.
+const FEWEST_KEPT_FILES: u64 = 64;
+
 /// Raises the soft limit of open files to the hard one. Returns the limit in force after.
 #[expect(
     unsafe_code,
@@ -335,7 +338,9 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
     // for pools of engine memory that keep one (bounded over every connection).
     if let Some(files) = raise_open_files_limit() {
         let fixed = server_cfg.max_connections as u64 * 2 + FILES_BESIDE_CONNECTIONS;
-        let kept = files.saturating_sub(fixed);
+        // At least a few, so that engines registering such pools are served where the limit
+        // is low; the connections rarely all run at once.
+        let kept = files.saturating_sub(fixed).max(FEWEST_KEPT_FILES);
         server_cfg.max_kept_files = usize::try_from(kept).unwrap_or(usize::MAX);
         if kept < MIN_KEPT_FILES {
             tracing::warn!(
