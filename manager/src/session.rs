@@ -338,18 +338,7 @@ impl Sessions {
                 });
                 let mut events = Vec::with_capacity(round.len());
                 for (p, token) in round.into_iter().zip(tokens) {
-                    let id = self.next_session;
-                    self.next_session += 1;
-                    self.sessions.insert(
-                        token,
-                        Session {
-                            id,
-                            conn: p.conn,
-                            role: p.reg.role,
-                            rank: p.reg.rank,
-                            instance: sealed.clone(),
-                        },
-                    );
+                    let id = self.open_session(token, p.conn, &p.reg, sealed.clone());
                     events.push(Event::Sealed {
                         conn: p.conn,
                         reply: Message::Sealed {
@@ -389,18 +378,7 @@ impl Sessions {
         self.sessions.retain(|_, s| {
             s.instance.name != reg.instance || s.instance.epoch == current || s.conn != conn
         });
-        let id = self.next_session;
-        self.next_session += 1;
-        self.sessions.insert(
-            token,
-            Session {
-                id,
-                conn,
-                role: reg.role,
-                rank: reg.rank,
-                instance: sealed,
-            },
-        );
+        let id = self.open_session(token, conn, reg, sealed);
         Some(vec![Event::Sealed {
             conn,
             reply: Message::Sealed {
@@ -411,6 +389,27 @@ impl Sessions {
             },
             held,
         }])
+    }
+
+    /// Opens the session of `reg`'s rank on `conn` under `token`; returns its id.
+    fn open_session(
+        &mut self,
+        token: Token,
+        conn: ConnId,
+        reg: &Register,
+        instance: Arc<SealedInstance>,
+    ) -> u64 {
+        let id = self.next_session;
+        self.next_session += 1;
+        let session = Session {
+            id,
+            conn,
+            role: reg.role,
+            rank: reg.rank,
+            instance,
+        };
+        self.sessions.insert(token, session);
+        id
     }
 
     /// The sealed instance `reg` would rejoin ([`Sessions::rejoin`]), if it would.
