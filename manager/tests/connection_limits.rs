@@ -236,3 +236,70 @@ fn a_reply_past_the_frame_limit_is_refused_not_sent() {
     c.sync()
         .unwrap_or_else(|e| panic!("the connection serves on: {e}"));
 }
+
+#[test]
+fn publishes_waiting_to_be_stored_are_held_to_the_daemons_memory_over_every_connection() {
+    let io = SlowSync::default();
+    let store = io.store();
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let sim = |name: &str| {
+        let mut sim = SimInstance::new(name, 1);
+        sim.kv_heads = 8;
+        sim.head_size = 64;
+        sim
+    };
+    let (a, b) = (sim("ga"), sim("gb"));
+    let page = a.page_bytes();
+    // Room for two pages' frames over the daemon; each connection has room for many.
+    let d = Daemon::serve(store, dir, |c| {
+        c.max_request_bytes = page;
+        c.max_publish_bytes = 2 * page + 2048;
+    });
+    let (mut sa, mut sb) = (seal(&d, &a), seal(&d, &b));
+    let (pa, pb) = (register_pool(&mut sa, &a), register_pool(&mut sb, &b));
+    let p0 = fill(&a, &pa, 0, 0);
+    assert_eq!(publish(&mut sa, &a, &[(0, p0)]), vec![PageStatus::Ok]);
+    // Stores now take 2 s per sync: one Publish from each connection fills the limit.
+    io.set_delay(Duration::from_secs(2));
+    let send = |s: &mut common::Sealed,
+                sim: &SimInstance,
+                pool: &orbitkv_gpu_bridge::HostPool,
+                block: u32| {
+        let p = fill(sim, pool, block, block);
+        let req = publish_request(s, sim, 0, 0, &[(block, p)]);
+        s.workers[0]
+            .0
+            .send(&Message::Publish(req))
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    // Each copied (its PublishCopied back) before the next is sent: their order is known.
+    let copied = |s: &mut common::Sealed, id: u64| {
+        assert!(matches!(
+            s.workers[0].0.reply(id),
+            Ok(Message::PublishCopied { .. })
+        ));
+    };
+    let first_a = send(&mut sa, &a, &pa, 1);
+    copied(&mut sa, first_a);
+    let first_b = send(&mut sb, &b, &pb, 1);
+    copied(&mut sb, first_b);
+    let second_a = send(&mut sa, &a, &pa, 2);
+    match sa.workers[0].0.reply(second_a) {
+        Err(ClientError::Refused {
+            code: ErrorCode::RetryLater,
+            detail,
+            ..
+        }) => assert!(detail.contains("over every connection"), "{detail}"),
+        other => panic!("not refused: {other:?}"),
+    }
+    for (s, id) in [(&mut sa, first_a), (&mut sb, first_b)] {
+        assert!(matches!(
+            s.workers[0].0.reply(id),
+            Ok(Message::PublishDurable { .. })
+        ));
+    }
+    io.set_delay(Duration::ZERO);
+    // Stored, its memory is back: a Publish is taken again.
+    let p = fill(&a, &pa, 3, 3);
+    assert_eq!(publish(&mut sa, &a, &[(3, p)]), vec![PageStatus::Ok]);
+}

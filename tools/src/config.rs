@@ -173,6 +173,9 @@ pub struct Limits {
     /// Memory one connection may hold (frame being read, replies waiting, publish copies waiting
     /// to be stored, spare buffers); a request that would pass it is refused.
     pub max_connection_bytes: Option<Size>,
+    /// Publish copies the daemon holds until stored, over every connection; a Publish past it
+    /// is refused (retry later). Default: a quarter of the memory available at start-up.
+    pub max_publish_bytes: Option<Size>,
     /// A reply not taken by the peer within this many milliseconds closes the connection.
     pub send_timeout_ms: Option<u64>,
 }
@@ -265,6 +268,7 @@ mod tests {
             c.limits.max_connection_bytes,
             Some(Size((1 << 30) + (128 << 20)))
         );
+        assert_eq!(c.limits.max_publish_bytes, Some(Size(4 << 30)));
         assert_eq!(c.limits.send_timeout_ms, Some(10_000));
         assert_eq!(c.capacity.segment_bytes, Some(Size(256 << 20)));
         assert_eq!(c.capacity.policy.as_deref(), Some("fifo-reinsert"));

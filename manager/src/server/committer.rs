@@ -236,6 +236,7 @@ fn commit(shared: &Shared, batches: Vec<Batch>) {
         let mut buffers = std::mem::take(&mut s.buffers);
         buffers.extend(job.copied.into_buffers());
         job.conn.memory.release(job.reserved);
+        job.conn.publishes.release(job.reserved);
         conn.give_back(buffers);
         conn.outbox.send(
             request,
@@ -279,6 +280,7 @@ fn durable_after(
 /// Gives a Publish's memory and copy buffers back to its connection.
 fn release(job: Job) {
     job.conn.memory.release(job.reserved);
+    job.conn.publishes.release(job.reserved);
     job.conn.give_back(job.copied.into_buffers());
 }
 

@@ -199,6 +199,14 @@ pub(crate) struct Memory {
 }
 
 impl Memory {
+    /// A budget of `limit` bytes, none taken.
+    pub(crate) fn new(limit: u64) -> Self {
+        Self {
+            used: AtomicU64::new(0),
+            limit,
+        }
+    }
+
     /// Takes `n` bytes of the budget; false (nothing taken) when that would pass the limit.
     pub(crate) fn reserve(&self, n: u64) -> bool {
         self.used
@@ -236,6 +244,8 @@ pub(crate) struct Conn {
     pub(crate) outbox: Outbox,
     /// What it holds.
     pub(crate) memory: Memory,
+    /// What every connection's Publish copies hold together (its own among them).
+    pub(crate) publishes: Arc<Memory>,
     /// Copy buffers kept between its Publishes (each counted in `memory`).
     pub(crate) spare: Mutex<Spare>,
     /// The request id of its registration, which a seal reply answers.
@@ -348,10 +358,8 @@ pub(crate) fn serve(shared: &Arc<Shared>, stream: UnixStream) {
             stream: out,
             cap: shared.config.max_body as usize,
         },
-        memory: Memory {
-            used: AtomicU64::new(0),
-            limit: shared.config.max_connection_bytes,
-        },
+        memory: Memory::new(shared.config.max_connection_bytes),
+        publishes: shared.publishes.clone(),
         spare: Mutex::new(Spare::default()),
         register_request: AtomicU64::new(0),
     });

@@ -283,18 +283,32 @@ fn publish(
         .frame_footprint(0)
         .saturating_mul(p.pages.len() as u64);
     let reserved = bytes.saturating_add(frames);
-    if reserved.saturating_add(u64::from(shared.config.max_body)) > conn.memory.limit() {
+    if reserved.saturating_add(u64::from(shared.config.max_body)) > conn.memory.limit()
+        || reserved > conn.publishes.limit()
+    {
         // It would never fit, however long the client waits.
         return Err(Refusal::new(
             ErrorCode::LimitExceeded,
             format!(
-                "a Publish of {bytes} page bytes in {} frames ({reserved} bytes) passes this connection's memory limit of {} bytes; split it",
+                "a Publish of {bytes} page bytes in {} frames ({reserved} bytes) passes this connection's memory limit of {} bytes, or the daemon's {} bytes for Publishes; split it",
                 p.pages.len(),
-                conn.memory.limit()
+                conn.memory.limit(),
+                conn.publishes.limit()
+            ),
+        ));
+    }
+    if !conn.publishes.reserve(reserved) {
+        return Err(Refusal::retry_later(
+            Duration::ZERO,
+            format!(
+                "a Publish of {reserved} bytes would pass the daemon's limit of {} bytes of Publishes not yet durable over every connection ({} held); publish it again later",
+                conn.publishes.limit(),
+                conn.publishes.used()
             ),
         ));
     }
     if !conn.memory.reserve(reserved) {
+        conn.publishes.release(reserved);
         return Err(Refusal::retry_later(
             Duration::ZERO,
             format!(

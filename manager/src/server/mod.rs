@@ -65,6 +65,10 @@ pub struct ServerConfig {
     pub max_connection_bytes: u64,
     /// A reply not taken by the peer within this is its last: the connection is closed.
     pub send_timeout: Duration,
+    /// Publish copies the daemon holds until they are stored, over every connection (each
+    /// connection's also count in its own `max_connection_bytes`). A Publish past it is refused
+    /// (`RetryLater`), nothing copied. At least `max_request_bytes`.
+    pub max_publish_bytes: u64,
     /// Descriptors of engine memory the daemon keeps open, over every connection: a pool whose
     /// memory is not sealed against shrinking keeps one (it is copied through it). Past it, such
     /// a pool is refused (`LimitExceeded`), so peers cannot take every descriptor the daemon
@@ -87,6 +91,7 @@ impl ServerConfig {
             max_connections: 1024,
             max_connection_bytes: (1 << 30) + (128 << 20),
             send_timeout: Duration::from_secs(10),
+            max_publish_bytes: 4 << 30,
             max_kept_files: DEFAULT_MAX_KEPT_FILES,
         }
     }
@@ -145,6 +150,8 @@ struct Shared {
     stop: AtomicBool,
     metrics: Metrics,
     committer: Committer,
+    /// Publish copies held until stored, over every connection.
+    publishes: Arc<conn::Memory>,
 }
 
 impl Shared {
@@ -396,6 +403,12 @@ impl Server {
                 config.max_connection_bytes
             )));
         }
+        if config.max_publish_bytes < config.max_request_bytes {
+            return Err(ServeError::Config(format!(
+                "the Publish copies the daemon may hold ({} bytes) must be at least one request's page bytes ({} bytes)",
+                config.max_publish_bytes, config.max_request_bytes
+            )));
+        }
         if config.max_connections == 0 {
             return Err(ServeError::Config(
                 "at least one connection must be allowed".into(),
@@ -413,7 +426,6 @@ impl Server {
                 leases: Mutex::new(leases),
                 bridges: Mutex::new(HashMap::new()),
                 retire_gate: RwLock::new(()),
-                config,
                 store,
                 sessions: Mutex::new(Sessions::new(Box::new(OsRandom))),
                 conns: Mutex::new(HashMap::new()),
@@ -421,6 +433,8 @@ impl Server {
                 stop: AtomicBool::new(false),
                 metrics: Metrics::default(),
                 committer: Committer::default(),
+                publishes: Arc::new(conn::Memory::new(config.max_publish_bytes)),
+                config,
             }),
         })
     }

@@ -327,6 +327,14 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
     if let Some(b) = l.max_connection_bytes {
         server_cfg.max_connection_bytes = b.0;
     }
+    // Publish copies over every connection: as set, else a quarter of the memory available now
+    // (at least one request's).
+    server_cfg.max_publish_bytes = match l.max_publish_bytes {
+        Some(b) => b.0,
+        None => mem_available()
+            .map_or(server_cfg.max_publish_bytes, |m| m / 4)
+            .max(server_cfg.max_request_bytes),
+    };
     if let Some(ms) = l.send_timeout_ms {
         server_cfg.send_timeout = Duration::from_millis(ms.max(1));
     }
