@@ -33,6 +33,18 @@ fn register(
     client.register_engine_memory_pool(*token, spec.clone(), offset, states.fd(), memory.as_fd())
 }
 
+/// Engine memory sealed against shrinking: a host pool's own region (a memfd), and the offset
+/// of its pages in it.
+fn sealed_memory(spec: &PoolSpec) -> (File, u64) {
+    let host = HostPool::create(spec.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let memory = File::from(
+        host.fd()
+            .try_clone_to_owned()
+            .unwrap_or_else(|e| panic!("{e}")),
+    );
+    (memory, host.data_offset())
+}
+
 /// Reuses page `index` (its state word) and writes block `block` into the engine's memory.
 fn fill(
     sim: &SimInstance,
@@ -159,14 +171,7 @@ fn engine_memory_sealed_against_shrinking_is_mapped_at_its_offset() {
     let mut s = seal(&d, &sim);
     let spec = sim.pool_spec(1, PAGES);
     let states = HostPool::create_states(spec.clone()).unwrap_or_else(|e| panic!("{e}"));
-    // A sealed memfd: a host pool's own region, its pages at the data offset.
-    let host = HostPool::create(spec.clone()).unwrap_or_else(|e| panic!("{e}"));
-    let memory = File::from(
-        host.fd()
-            .try_clone_to_owned()
-            .unwrap_or_else(|e| panic!("{e}")),
-    );
-    let offset = host.data_offset();
+    let (memory, offset) = sealed_memory(&spec);
     register(&mut s, &spec, &states, &memory, offset).unwrap_or_else(|e| panic!("{e}"));
     let p = fill(&sim, &states, &memory, offset, 1, 9);
     let req = publish_request(&s, &sim, 0, 0, &[(0, p)]);
@@ -207,13 +212,8 @@ fn descriptors_of_unsealed_engine_memory_are_bounded_over_the_daemon() {
     // Memory sealed against shrinking is mapped, its descriptor closed: not counted.
     let spec = sim.pool_spec(4, PAGES);
     let states = HostPool::create_states(spec.clone()).unwrap_or_else(|e| panic!("{e}"));
-    let host = HostPool::create(spec.clone()).unwrap_or_else(|e| panic!("{e}"));
-    let memory = File::from(
-        host.fd()
-            .try_clone_to_owned()
-            .unwrap_or_else(|e| panic!("{e}")),
-    );
-    register(&mut s, &spec, &states, &memory, host.data_offset()).unwrap_or_else(|e| panic!("{e}"));
+    let (memory, offset) = sealed_memory(&spec);
+    register(&mut s, &spec, &states, &memory, offset).unwrap_or_else(|e| panic!("{e}"));
     // One given back: another is taken.
     let token = s.workers[0].1;
     s.workers[0]

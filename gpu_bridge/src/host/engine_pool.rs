@@ -11,47 +11,55 @@ use super::region::Region;
 use crate::error::{Error, Result, os_err};
 use crate::pool::{GroupGeometry, PageRef, PoolSpec};
 
-/// An unsealed memfd of `len` bytes: memory as an engine's own allocator hands it over
-/// (SGLang's `allocator: shm`), for a pool registered with [`crate::PageMemory::Engine`].
-#[expect(unsafe_code, reason = "memfd_create has no safe wrapper")]
-pub fn engine_memory(len: u64) -> Result<File> {
+/// A new memfd named `name` (`flags` beside close-on-exec) of `len` bytes (sized for `what`),
+/// with `seals` added when not 0.
+#[expect(unsafe_code, reason = "memfd_create and fcntl have no safe wrapper")]
+fn memfd(
+    name: &std::ffi::CStr,
+    flags: libc::c_uint,
+    len: u64,
+    seals: libc::c_int,
+    what: &'static str,
+) -> Result<File> {
     // SAFETY: memfd_create reads the NUL-terminated name and returns a new descriptor.
-    let raw = unsafe { libc::memfd_create(c"orbitkv-engine-memory".as_ptr(), libc::MFD_CLOEXEC) };
+    let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | flags) };
     if raw < 0 {
         return Err(os_err("memfd_create"));
     }
     // SAFETY: `raw` is a descriptor just returned to us and owned by nothing else.
     let file = File::from(unsafe { OwnedFd::from_raw_fd(raw) });
-    file.set_len(len).map_err(|source| Error::Io {
-        what: "sizing the engine memory",
-        source,
-    })?;
+    file.set_len(len)
+        .map_err(|source| Error::Io { what, source })?;
+    // SAFETY: fcntl on the descriptor just made, with integer arguments only.
+    if seals != 0 && unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(os_err("sealing the memfd"));
+    }
     Ok(file)
+}
+
+/// An unsealed memfd of `len` bytes: memory as an engine's own allocator hands it over
+/// (SGLang's `allocator: shm`), for a pool registered with [`crate::PageMemory::Engine`].
+pub fn engine_memory(len: u64) -> Result<File> {
+    memfd(
+        c"orbitkv-engine-memory",
+        0,
+        len,
+        0,
+        "sizing the engine memory",
+    )
 }
 
 /// A memfd of hugetlbfs of `len` bytes, sealed against shrinking and growing, for tests of
 /// its refusal (no huge page is touched: the machine may have none).
 #[cfg(test)]
-#[expect(unsafe_code, reason = "memfd_create and fcntl have no safe wrapper")]
 pub(crate) fn hugetlb_memfd(len: u64) -> Result<File> {
-    let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING | libc::MFD_HUGETLB;
-    // SAFETY: memfd_create reads the NUL-terminated name and returns a new descriptor.
-    let raw = unsafe { libc::memfd_create(c"orbitkv-hugetlb".as_ptr(), flags) };
-    if raw < 0 {
-        return Err(os_err("memfd_create"));
-    }
-    // SAFETY: `raw` is a descriptor just returned to us and owned by nothing else.
-    let file = File::from(unsafe { OwnedFd::from_raw_fd(raw) });
-    file.set_len(len).map_err(|source| Error::Io {
-        what: "sizing the hugetlbfs memfd",
-        source,
-    })?;
-    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
-    // SAFETY: fcntl on the descriptor just made, with integer arguments only.
-    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
-        return Err(os_err("F_ADD_SEALS"));
-    }
-    Ok(file)
+    memfd(
+        c"orbitkv-hugetlb",
+        libc::MFD_ALLOW_SEALING | libc::MFD_HUGETLB,
+        len,
+        libc::F_SEAL_SHRINK | libc::F_SEAL_GROW,
+        "sizing the hugetlbfs memfd",
+    )
 }
 
 /// The engine's side: the pool it owns in shared memory.
@@ -76,33 +84,16 @@ impl HostPool {
         Self::create_region(spec, false)
     }
 
-    #[expect(unsafe_code, reason = "memfd_create and fcntl have no safe wrapper")]
     fn create_region(spec: PoolSpec, holds_pages: bool) -> Result<Self> {
         spec.validate()?;
         let layout = Layout::of(&spec, holds_pages)?;
-        // SAFETY: memfd_create reads the NUL-terminated name and returns a new descriptor.
-        let raw = unsafe {
-            libc::memfd_create(
-                c"orbitkv-pool".as_ptr(),
-                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-            )
-        };
-        if raw < 0 {
-            return Err(os_err("memfd_create"));
-        }
-        // SAFETY: `raw` is a descriptor just returned to us and owned by nothing else.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let file = File::from(fd);
-        file.set_len(layout.len).map_err(|source| Error::Io {
-            what: "sizing the pool region",
-            source,
-        })?;
-        let fd = OwnedFd::from(file);
-        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-        // SAFETY: fcntl on a descriptor we own, with integer arguments only.
-        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
-            return Err(os_err("sealing the pool region"));
-        }
+        let fd = OwnedFd::from(memfd(
+            c"orbitkv-pool",
+            libc::MFD_ALLOW_SEALING,
+            layout.len,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+            "sizing the pool region",
+        )?);
         let region = Region::map(fd.as_fd(), layout.len)?;
         region.write(0, &layout.header(&spec))?;
         Ok(Self {
