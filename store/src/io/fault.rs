@@ -54,6 +54,8 @@ pub struct FaultPlan {
     /// Locks fail with this kind, the lock file made by none (as a read-only file system
     /// refuses it).
     pub refuse_locks: Option<io::ErrorKind>,
+    /// Hole punches fail with this kind (`Unsupported`: a file system without holes).
+    pub refuse_punches: Option<io::ErrorKind>,
 }
 
 /// What survives [`FaultIo::crash`] of the data written since the last sync.
@@ -90,6 +92,8 @@ struct Content {
     durable: Vec<u8>,
     /// Byte ranges whose fsync failed: never made durable by a later sync.
     lost: Vec<(usize, usize)>,
+    /// Punched ranges (whole 4 KiB pages), in no order; a write into one fills it.
+    holes: Vec<(usize, usize)>,
 }
 
 impl Content {
@@ -112,6 +116,24 @@ impl Content {
             }
         }
         self.lost = kept;
+    }
+
+    /// Drops `a..b` from the holes (written again).
+    fn filled(&mut self, a: usize, b: usize) {
+        let mut kept = Vec::with_capacity(self.holes.len() + 1);
+        for &(x, y) in &self.holes {
+            if y <= a || x >= b {
+                kept.push((x, y));
+                continue;
+            }
+            if x < a {
+                kept.push((x, a));
+            }
+            if y > b {
+                kept.push((b, y));
+            }
+        }
+        self.holes = kept;
     }
 
     /// `bytes` with the lost ranges zeroed.
@@ -256,6 +278,7 @@ impl FaultIo {
         };
         c.volatile = bytes.to_vec();
         c.durable = bytes.to_vec();
+        c.holes.clear();
         true
     }
 }
@@ -376,6 +399,7 @@ impl IoFile for FaultFile {
         // Bytes written again after a failed fsync are dirty again: the next good sync makes
         // them durable (what stays lost is what was not rewritten).
         c.rewritten(start, start + len);
+        c.filled(start, start + len);
         Ok(len)
     }
 
@@ -398,6 +422,63 @@ impl IoFile for FaultFile {
         }
         c.durable = c.without_lost(c.volatile.clone());
         Ok(())
+    }
+
+    /// Frees the whole 4 KiB pages of the range at once and for good, in the volatile and the
+    /// durable bytes alike (a hole survives a crash).
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        if !self.writable {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "read-only handle",
+            ));
+        }
+        let mut s = self.state()?;
+        s.op()?;
+        if let Some(kind) = s.plan.refuse_punches {
+            return Err(io::Error::new(kind, "injected punch refusal"));
+        }
+        let c = s
+            .contents
+            .get_mut(&self.id)
+            .ok_or_else(|| eio("file vanished"))?;
+        let to = |v: u64| usize::try_from(v).map_err(|_| eio("range"));
+        let a = to(offset)?.next_multiple_of(4096);
+        let b = (to(offset.saturating_add(len))? / 4096 * 4096).min(c.volatile.len());
+        if a >= b {
+            return Ok(());
+        }
+        c.volatile[a..b].fill(0);
+        let durable_end = b.min(c.durable.len());
+        if a < durable_end {
+            c.durable[a..durable_end].fill(0);
+        }
+        c.filled(a, b);
+        c.holes.push((a, b));
+        Ok(())
+    }
+
+    fn holes(&self) -> io::Result<Vec<(u64, u64)>> {
+        let s = self.state()?;
+        let c = s
+            .contents
+            .get(&self.id)
+            .ok_or_else(|| eio("file vanished"))?;
+        let mut h: Vec<(u64, u64)> = c
+            .holes
+            .iter()
+            .map(|&(a, b)| (a as u64, b.min(c.volatile.len()) as u64))
+            .filter(|(a, b)| a < b)
+            .collect();
+        h.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(h.len());
+        for (a, b) in h {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        Ok(merged)
     }
 
     fn size(&self) -> io::Result<u64> {

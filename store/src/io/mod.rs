@@ -8,6 +8,7 @@ pub mod aligned;
 #[cfg(any(test, feature = "fault-io"))]
 pub mod fault;
 pub mod madvise;
+mod sparse;
 pub mod std_io;
 pub mod uring;
 
@@ -36,6 +37,17 @@ pub trait IoFile: Send + Sync {
     /// [`IoFile::set_len`]. Backends without it return `Unsupported`.
     fn preallocate(&self, _len: u64) -> io::Result<()> {
         Err(io::ErrorKind::Unsupported.into())
+    }
+    /// Frees the disk blocks under `offset..offset + len`, keeping the size
+    /// (`fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)`): the range reads as zeros.
+    /// Only whole file-system blocks are freed. Backends without it return `Unsupported`.
+    fn punch_hole(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+    /// The file's holes before its end, in order (`lseek` with `SEEK_HOLE` and `SEEK_DATA`).
+    /// Backends and file systems that cannot tell report none.
+    fn holes(&self) -> io::Result<Vec<(u64, u64)>> {
+        Ok(Vec::new())
     }
 
     /// Reads `buf` at `offset` (at least `min` bytes; the rest as far as the file goes) and

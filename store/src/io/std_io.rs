@@ -36,6 +36,12 @@ impl IoFile for StdFile {
     fn preallocate(&self, len: u64) -> io::Result<()> {
         fallocate_keep_size(&self.0, len)
     }
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        super::sparse::punch_hole(&self.0, offset, len)
+    }
+    fn holes(&self) -> io::Result<Vec<(u64, u64)>> {
+        super::sparse::holes(&self.0)
+    }
 }
 
 impl Io for StdIo {

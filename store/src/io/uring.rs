@@ -272,6 +272,12 @@ impl IoFile for UringFile {
     fn preallocate(&self, len: u64) -> io::Result<()> {
         fallocate_keep_size(&self.buffered, len)
     }
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        super::sparse::punch_hole(&self.buffered, offset, len)
+    }
+    fn holes(&self) -> io::Result<Vec<(u64, u64)>> {
+        super::sparse::holes(&self.buffered)
+    }
 }
 
 impl WriteRing {
