@@ -406,6 +406,8 @@ impl StateStore {
         }
         for (id, file) in &inputs {
             w.probation.remove(id);
+            w.punched.remove(id);
+            self.recency.forget_segment(*id);
             self.superseded.segment_gone(*id);
             self.remove_segment_file(&file.path);
         }
@@ -553,6 +555,7 @@ impl StateStore {
             // The copy replaces the record it came from (same sequence) or an older one.
             if !self.adopt_copy(c)? {
                 self.index.insert(&c.key, c.record)?;
+                self.recency.insert(c.key, &c.record, None);
             }
         }
         {
@@ -564,6 +567,8 @@ impl StateStore {
             }
         }
         for id in &inputs {
+            w.punched.remove(id);
+            self.recency.forget_segment(*id);
             self.superseded.segment_gone(*id);
             self.remove_segment_file(&self.layout.segment(*id));
         }

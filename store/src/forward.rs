@@ -116,11 +116,23 @@ impl StateStore {
     /// new sequence.
     pub(crate) fn adopt_copy(&self, c: &Copied) -> Result<bool> {
         let r = &c.record;
+        let from = self
+            .index
+            .get(&c.key)
+            .filter(|p| p.sequence == c.from && p.tier == Tier::Ssd);
         let moved =
             self.index
                 .relocate(&c.key, c.from, r.sequence, Tier::Ssd, r.segment, r.offset)?;
         if moved && c.from != r.sequence {
             self.dram.remove(&c.key, c.from);
+        }
+        if moved && let Some(p) = from {
+            // The copy keeps the record's place in the order.
+            self.recency.relocate(
+                (u64::from(p.segment), p.offset),
+                (u64::from(r.segment), r.offset),
+                r.sequence,
+            );
         }
         Ok(moved)
     }

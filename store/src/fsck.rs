@@ -17,7 +17,7 @@ use crate::dir::{Layout, open_header};
 use crate::error::{Error, Result, io_err};
 use crate::io::{Io, OpenMode};
 use crate::manifest::MAX_MANIFEST_BYTES;
-use crate::recover::{MAX_SEGMENT_FILE_BYTES, read_whole};
+use crate::recover::{MAX_SEGMENT_FILE_BYTES, is_punched, read_whole};
 use crate::{StateStore, StoreConfig};
 
 /// What was found in one segment.
@@ -39,6 +39,9 @@ pub struct SegmentCheck {
     pub unreadable: Option<String>,
     /// The footer disagrees with the frames.
     pub footer_mismatch: Option<String>,
+    /// Records the footer lists that were punched out (evicted under the `lru` policy): not
+    /// damage.
+    pub punched: u64,
 }
 
 /// What `fsck` found.
@@ -233,10 +236,11 @@ pub fn check(
             ..SegmentCheck::default()
         };
         let path = layout.segment(id);
-        let bytes = match io
-            .open(&path, OpenMode::Read)
-            .and_then(|f| read_whole(f.as_ref(), MAX_SEGMENT_FILE_BYTES))
-        {
+        let mut holes = Vec::new();
+        let bytes = match io.open(&path, OpenMode::Read).and_then(|f| {
+            holes = f.holes()?;
+            read_whole(f.as_ref(), MAX_SEGMENT_FILE_BYTES)
+        }) {
             Ok(b) => b,
             Err(e) => {
                 if e.kind() != std::io::ErrorKind::NotFound || c.sealed {
@@ -299,6 +303,30 @@ pub fn check(
         } else {
             ScanMode::TolerateTail
         };
+        // The footer's entries punched out, by offset.
+        let punched: Vec<u64> = footer_entries
+            .iter()
+            .flatten()
+            .filter(|e| is_punched(e, &holes))
+            .map(|e| e.offset)
+            .collect();
+        c.punched = punched.len() as u64;
+        // Bad bytes at `from..to` are punched records when the footer lists frames there, each
+        // punched.
+        let explained = |from: u64, to: u64| {
+            let listed = footer_entries
+                .iter()
+                .flatten()
+                .filter(|e| e.offset >= from && e.offset < to);
+            let mut any = false;
+            for e in listed {
+                if punched.binary_search(&e.offset).is_err() {
+                    return false;
+                }
+                any = true;
+            }
+            any && punched.binary_search(&from).is_ok()
+        };
         let mut scanner = Scanner::new(&bytes[..region], seg_header, mode);
         let mut scanned = Vec::new();
         for item in scanner.by_ref() {
@@ -315,13 +343,20 @@ pub fn check(
                         scanned.push(IndexEntry::from_frame(f.offset, &f.header));
                     }
                 }
-                ScanItem::Corrupt { offset, error, .. } => {
-                    c.bad_records.push((offset, error.to_string()));
+                ScanItem::Corrupt {
+                    offset,
+                    error,
+                    resumed_at,
+                } => {
+                    if !explained(offset, resumed_at) {
+                        c.bad_records.push((offset, error.to_string()));
+                    }
                 }
             }
         }
         match scanner.end().map(|e| (e.reason.clone(), e.valid_len)) {
             Some((StopReason::TornTail { .. }, valid)) if !c.sealed => c.torn_tail = Some(valid),
+            Some((StopReason::Corrupt { .. }, valid)) if explained(valid, region as u64) => {}
             Some((StopReason::Corrupt { error }, valid)) => {
                 c.bad_records
                     .push((valid, format!("the data region ends in damage: {error}")));
@@ -331,7 +366,12 @@ pub fn check(
         if let Some(entries) = &footer_entries
             && c.bad_records.is_empty()
         {
-            c.footer_mismatch = entries_match(&scanned, entries);
+            let kept: Vec<IndexEntry> = entries
+                .iter()
+                .filter(|e| punched.binary_search(&e.offset).is_err())
+                .cloned()
+                .collect();
+            c.footer_mismatch = entries_match(&scanned, &kept);
         }
         report.records += c.records;
         report.segments.push(c);

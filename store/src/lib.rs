@@ -48,6 +48,7 @@ mod manifest;
 mod open;
 mod pins;
 mod read;
+mod recency;
 mod reclaimer;
 mod recover;
 mod spare;
@@ -69,8 +70,8 @@ use crate::active::{Active, SegmentFile};
 pub use crate::compactor::{CompactReport, SegmentStat};
 pub use crate::config::{
     DEFAULT_SEGMENT_BYTES, Durability, MAX_BUNDLE_BYTES, MAX_SEGMENT_BYTES, MIN_SSD_BYTES,
-    NO_SPACE_RETRY, SEGMENTS_PER_BUDGET, SEQUENCE_LIMIT, StoreConfig, ssd_bytes_holding,
-    ssd_records_held,
+    NO_SPACE_RETRY, RECORD_LRU_SEGMENTS_PER_BUDGET, SEGMENTS_PER_BUDGET, SEQUENCE_LIMIT,
+    StoreConfig, ssd_bytes_holding, ssd_records_held,
 };
 pub use crate::dir::Layout;
 use crate::dram::DramTier;
@@ -83,6 +84,7 @@ use crate::manifest::Manifest;
 pub use crate::pins::Pin;
 use crate::pins::Pins;
 pub(crate) use crate::read::Sink;
+use crate::recency::Recency;
 pub use crate::reclaimer::Policy;
 use crate::reclaimer::{Log, ReadMarks};
 pub use crate::recover::MAX_SEGMENT_FILE_BYTES;
@@ -138,6 +140,14 @@ struct Writer {
     /// The spare segment file's size, when one is kept (counted in `ssd_used`, as every file in
     /// the segments directory is).
     spare: Option<u64>,
+    /// Bytes punched out of each open segment ([`Policy::RecordLru`]): freed, so not counted in
+    /// `ssd_used`.
+    punched: HashMap<u64, u64>,
+    /// No more punches: the file system refused one as unsupported, or does not list the
+    /// holes they make. Records are evicted without one.
+    punch_unsupported: bool,
+    /// The first punch's hole was looked for in the file's list of holes.
+    punch_checked: bool,
 }
 
 impl Writer {
@@ -182,6 +192,8 @@ pub struct StateStore {
     dram: DramTier,
     pins: Pins,
     read_marks: ReadMarks,
+    /// The record order of [`Policy::RecordLru`] (empty under the other policies).
+    recency: Recency,
     superseded: Superseded,
     /// Each retired namespace's watermark, as the manifest holds it: read without the writer's
     /// lock by reads that bypass the index (pinned reads).

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use orbitkv_index::Index;
+use orbitkv_segments::Alignment;
 use orbitkv_wal::{ManifestRecord, SegmentSealed};
 
 use crate::active::Active;
@@ -19,12 +20,14 @@ use crate::ghost::Ghost;
 use crate::io::Io;
 use crate::manifest::Manifest;
 use crate::pins::Pins;
-use crate::reclaimer::ReadMarks;
+use crate::recency::Recency;
+use crate::reclaimer::{Policy, ReadMarks};
 use crate::recover::{self, RecoveryReport};
 use crate::stats::Stats;
 use crate::superseded::Superseded;
 use crate::{
-    MAX_SEGMENT_BYTES, MIN_SSD_BYTES, SEGMENTS_PER_BUDGET, StateStore, StoreConfig, Writer,
+    MAX_SEGMENT_BYTES, MIN_SSD_BYTES, RECORD_LRU_SEGMENTS_PER_BUDGET, SEGMENTS_PER_BUDGET,
+    StateStore, StoreConfig, Writer,
 };
 
 pub(crate) fn now_ms() -> u64 {
@@ -57,10 +60,16 @@ impl StateStore {
                     "an SSD budget of {budget} bytes is below the minimum of {MIN_SSD_BYTES}"
                 )));
             }
-            config.segment_bytes = config
-                .segment_bytes
-                .min(budget / SEGMENTS_PER_BUDGET)
-                .max(8 << 10);
+            let per_budget = match config.policy {
+                Policy::RecordLru => RECORD_LRU_SEGMENTS_PER_BUDGET,
+                _ => SEGMENTS_PER_BUDGET,
+            };
+            // An evicted record's space is freed by punching its pages out: its frame must
+            // own them.
+            if config.policy == Policy::RecordLru {
+                config.alignment = Alignment::Direct;
+            }
+            config.segment_bytes = config.segment_bytes.min(budget / per_budget).max(8 << 10);
         }
         if !config.read_only {
             io.create_dir_all(&layout.segments())
@@ -114,6 +123,9 @@ impl StateStore {
             probation: BTreeSet::new(),
             ghost: Ghost::default(),
             spare: None,
+            punched: rec.punched,
+            punch_unsupported: false,
+            punch_checked: false,
         };
         // Seal what was active (or forget it when empty): recovery scans only one active tail.
         // If that cannot be written (a full disk), the store still opens and serves reads.
@@ -190,6 +202,14 @@ impl StateStore {
         let quarantined = report.quarantined.iter().map(|(id, _)| *id).collect();
         let dram = DramTier::new(config.dram_bytes);
         let read_marks = ReadMarks::new(config.ssd_bytes.is_some());
+        // Recovered records are ordered by sequence, older first, below every use to come.
+        let recency = Recency::new(
+            config.policy == Policy::RecordLru && config.ssd_bytes.is_some(),
+            next_sequence,
+        );
+        for (key, r) in &rec.records {
+            recency.insert(*key, r, Some(r.sequence));
+        }
         let superseded = Superseded::default();
         for (key, segment) in &rec_superseded {
             superseded.note(key, *segment);
@@ -218,6 +238,7 @@ impl StateStore {
             dram,
             pins: Pins::default(),
             read_marks,
+            recency,
             superseded,
             retired: RwLock::new(retired),
         };

@@ -50,6 +50,7 @@ impl StateStore {
         let id = u64::from(rec.segment);
         if self.dram.get(key, rec.sequence, out) {
             self.read_marks.mark(id, rec.offset);
+            self.recency.touch((id, rec.offset), rec.range.start());
             Stats::add(&self.stats.dram_hits, 1);
             Stats::add(&self.stats.hits, 1);
             return Ok(Some(rec));
@@ -64,6 +65,7 @@ impl StateStore {
             return miss(self);
         }
         self.read_marks.mark(id, rec.offset);
+        self.recency.touch((id, rec.offset), rec.range.start());
         self.dram.insert(key, rec.sequence, out);
         Stats::add(&self.stats.hits, 1);
         Ok(Some(rec))

@@ -34,24 +34,29 @@ use crate::error::{Error, Result};
 use crate::forward::{Copied, Target};
 use crate::ghost::fingerprint;
 use crate::io::OpenMode;
+use crate::recency::punch_range;
 use crate::stats::Stats;
 use crate::{StateStore, Writer};
 
-/// Which segments the SSD tier reclaims when it is full.
+/// What the SSD tier evicts when it is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Policy {
+    /// Records, least recently used first (a chain's deepest first among records used
+    /// together), each punched out of its sealed segment; a segment left empty is deleted.
+    #[default]
+    RecordLru,
     /// Two logs, probation and main, with a ghost set; records read are copied forward.
     S3Fifo,
     /// One log: the oldest segment is dropped whole.
     Fifo,
     /// One log: the oldest segment is reclaimed, its records read since written copied forward.
-    #[default]
     FifoReinsert,
 }
 
 impl Policy {
     /// Every policy, by name.
-    pub const ALL: [(&'static str, Policy); 3] = [
+    pub const ALL: [(&'static str, Policy); 4] = [
+        ("record-lru", Policy::RecordLru),
         ("s3-fifo", Policy::S3Fifo),
         ("fifo", Policy::Fifo),
         ("fifo-reinsert", Policy::FifoReinsert),
@@ -60,6 +65,7 @@ impl Policy {
     /// The policy's name.
     pub fn name(self) -> &'static str {
         match self {
+            Policy::RecordLru => "record-lru",
             Policy::S3Fifo => "s3-fifo",
             Policy::Fifo => "fifo",
             Policy::FifoReinsert => "fifo-reinsert",
@@ -136,7 +142,13 @@ impl StateStore {
     /// directory cannot be listed, the count does not drop below the previous one.
     pub(crate) fn recount_used(&self, w: &mut Writer) {
         let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
-        let mut used: u64 = segs.values().map(|s| self.size_or_known(w, s)).sum();
+        let mut used: u64 = segs
+            .values()
+            .map(|s| {
+                let punched = w.punched.get(&s.id).copied().unwrap_or(0);
+                self.size_or_known(w, s).saturating_sub(punched)
+            })
+            .sum();
         let dir = self.layout.segments();
         match self.io.list_dir(&dir) {
             Ok(names) => {
@@ -280,6 +292,9 @@ impl StateStore {
         let Some(budget) = self.config.ssd_bytes else {
             return Ok(());
         };
+        if self.config.policy == Policy::RecordLru {
+            self.evict_records(w, need, budget)?;
+        }
         // Every round drops a segment; copies forward take their read marks, so records read
         // once are not copied twice. Records kept for another reason (an older record of the
         // key in a pinned segment) can make rounds free little or nothing, so one call reclaims
@@ -321,6 +336,114 @@ impl StateStore {
             }
         }
         Ok(())
+    }
+
+    /// [`Policy::RecordLru`]: evicts records, least recently used first, until `need` more bytes fit
+    /// `budget` or no record can go. Each is dropped from the index and punched out of its
+    /// sealed segment; a segment left holding none is reclaimed whole. A record stays (put back
+    /// as it was) while its segment is active or pinned, or while an older record of its key
+    /// lies in another segment (a restart would serve that one: see superseded.rs). What is
+    /// still short is left to whole-segment reclaim.
+    fn evict_records(&self, w: &mut Writer, need: u64, budget: u64) -> Result<()> {
+        let pinned = self.pins.pinned_segments();
+        let mut stay = Vec::new();
+        let mut result = Ok(());
+        while w.ssd_used + need > budget {
+            let Some(v) = self.recency.pop_oldest() else {
+                break;
+            };
+            let (seg, offset) = v.at;
+            let direct = match w.manifest.state.snapshot.segments.get(&seg) {
+                Some(SegmentState::Sealed(created, _)) => created.direct,
+                // Recovery scans an active segment, and a hole would end its scan.
+                Some(SegmentState::Active(_)) => {
+                    stay.push(v);
+                    continue;
+                }
+                // Gone with its segment.
+                None => continue,
+            };
+            let e = &v.entry;
+            let live = self.is_live(&e.key, seg, offset, e.sequence);
+            if pinned.contains(&seg) || (live && self.superseded.elsewhere(&e.key, seg)) {
+                stay.push(v);
+                continue;
+            }
+            if live && self.index.remove(&e.key, Some(e.sequence)).is_some() {
+                self.dram.remove(&e.key, e.sequence);
+                Stats::add(&self.stats.evicted_records, 1);
+            }
+            self.punch(w, seg, offset, e.frame_len, direct);
+            if self.recency.held_in(seg) == 0 && !self.is_quarantined(seg) {
+                if let Err(e) = self.reclaim(w, seg, None) {
+                    result = Err(e);
+                    break;
+                }
+                self.recount_used(w);
+            }
+        }
+        for v in stay {
+            self.recency.restore(v);
+        }
+        result
+    }
+
+    /// Punches the frame at `offset` (`frame_len` bytes) out of sealed segment `seg`, giving
+    /// its whole pages back to the file system. A failure is counted and logged; the bytes stay
+    /// counted until the segment goes. After `Unsupported` no punch is tried again, nor after a
+    /// first punch the file's list of holes does not show: recovery could not tell a punched
+    /// record from a damaged one.
+    fn punch(&self, w: &mut Writer, seg: u64, offset: u64, frame_len: u64, direct: bool) {
+        let Some((at, len)) = punch_range(offset, frame_len, direct) else {
+            return;
+        };
+        if w.punch_unsupported {
+            return;
+        }
+        let Some(file) = self.segment_file(seg) else {
+            return;
+        };
+        match file.file.punch_hole(at, len) {
+            Ok(()) => {
+                *w.punched.entry(seg).or_default() += len;
+                w.ssd_used = w.ssd_used.saturating_sub(len);
+                Stats::add(&self.stats.punched_records, 1);
+                Stats::add(&self.stats.punched_bytes, len);
+                if !w.punch_checked {
+                    w.punch_checked = true;
+                    let listed = file
+                        .file
+                        .holes()
+                        .is_ok_and(|holes| holes.iter().any(|&(a, b)| a < at + len && b > at));
+                    if !listed {
+                        w.punch_unsupported = true;
+                        tracing::warn!(
+                            path = %file.path.display(),
+                            "the file system does not list the holes punches make: evicted \
+                             records keep their space until their whole segment goes"
+                        );
+                    }
+                }
+            }
+            Err(e) => {
+                Stats::add(&self.stats.failed_punches, 1);
+                if e.kind() == std::io::ErrorKind::Unsupported {
+                    w.punch_unsupported = true;
+                    tracing::warn!(
+                        path = %file.path.display(),
+                        "the file system cannot punch holes ({e}): evicted records keep their \
+                         space until their whole segment goes"
+                    );
+                } else {
+                    tracing::warn!(
+                        path = %file.path.display(),
+                        offset = at,
+                        "cannot punch an evicted record out ({e}); its space stays counted \
+                         until its segment goes"
+                    );
+                }
+            }
+        }
     }
 
     /// The segment to reclaim: sealed, not pinned, oldest first — from the probation log while
@@ -398,8 +521,11 @@ impl StateStore {
             }
             // A record whose key has an older record in another segment is kept, or a restart
             // would serve that superseded record (see superseded.rs).
-            let keep = (self.config.policy.reinserts() && read)
-                || self.superseded.elsewhere(&meta.key, id);
+            let keep = match self.config.policy {
+                // A record still live here was never evicted (a pin, or no punch).
+                Policy::RecordLru => true,
+                p => p.reinserts() && read,
+            } || self.superseded.elsewhere(&meta.key, id);
             let payload = if keep {
                 read_entry_payload(&file, e)
                     .inspect_err(|why| {
@@ -432,6 +558,9 @@ impl StateStore {
             // Its DRAM copy names the old sequence: dropped; the next read brings it back.
             self.adopt_copy(c)?;
         }
+        for e in &entries {
+            self.recency.forget((id, e.offset));
+        }
         let capacity = self.index.len().max(1024);
         for (key, seq) in &dropped {
             if self.index.remove(key, Some(*seq)).is_some() {
@@ -447,6 +576,7 @@ impl StateStore {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
         w.probation.remove(&id);
+        w.punched.remove(&id);
         self.superseded.segment_gone(id);
         let keep = next.is_some_and(|(log, n)| self.starts_segment(w, log, n));
         self.retire_segment_file(w, &file, keep);

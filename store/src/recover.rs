@@ -112,6 +112,9 @@ pub struct RecoveryReport {
     pub bytes_read: u64,
     /// Stored payload bytes of the records in the opened segments.
     pub payload_bytes: u64,
+    /// Records of sealed segments punched out (evicted under the `lru` policy): left out of
+    /// the index, not damage.
+    pub punched: u64,
 }
 
 /// An active segment as recovered, ready to be sealed.
@@ -129,7 +132,32 @@ pub(crate) struct Recovered {
     pub(crate) max_record_sequence: Option<u64>,
     /// Superseded records found: (key, the segment holding the older record).
     pub(crate) superseded: Vec<(StateKey, u64)>,
+    /// Every record found (indexed or not: each takes space until it is punched out or its
+    /// segment goes).
+    pub(crate) records: Vec<(StateKey, Record)>,
+    /// Bytes punched out of each sealed segment.
+    pub(crate) punched: HashMap<u64, u64>,
     pub(crate) report: RecoveryReport,
+}
+
+/// Whether a hole of `holes` (in order, apart) overlaps the frame of `e`: it was punched out
+/// (nothing else makes a hole in a sealed segment's frames).
+pub(crate) fn is_punched(e: &IndexEntry, holes: &[(u64, u64)]) -> bool {
+    let end = e
+        .offset
+        .saturating_add((FRAME_HEADER_LEN as u64).saturating_add(u64::from(e.stored_len)));
+    // The first hole ending after the frame's start.
+    let i = holes.partition_point(|&(_, b)| b <= e.offset);
+    holes.get(i).is_some_and(|&(a, _)| a < end)
+}
+
+/// Drops from `entries` the frames punched out; returns how many.
+fn without_punched(entries: &mut Vec<IndexEntry>, holes: &[(u64, u64)]) -> u64 {
+    let before = entries.len();
+    if !holes.is_empty() {
+        entries.retain(|e| !is_punched(e, holes));
+    }
+    (before - entries.len()) as u64
 }
 
 /// The header segment `created` was written with, from the manifest (its creation time aside).
@@ -282,6 +310,7 @@ pub(crate) fn recover(
         c.segment_sequence
     });
     let mut all: Vec<(u64, Vec<IndexEntry>)> = Vec::new();
+    let mut punched: HashMap<u64, u64> = HashMap::new();
     for (id, st) in listed {
         let path = layout.segment(id);
         let mode = if read_only {
@@ -309,8 +338,19 @@ pub(crate) fn recover(
         match st {
             SegmentState::Sealed(_, sealed) => {
                 match open_sealed(&file, &sealed.footer_digest, directory, &mut report) {
-                    Ok(entries) => {
+                    Ok(mut entries) => {
                         report.sealed_segments += 1;
+                        // Holes are listed by the file system; where it cannot, none are, and
+                        // a punched record reads as a checksum failure: a miss.
+                        let holes = file.file.holes().unwrap_or_else(|e| {
+                            tracing::warn!(segment = id, "cannot list holes: {e}");
+                            Vec::new()
+                        });
+                        report.punched += without_punched(&mut entries, &holes);
+                        let freed: u64 = holes.iter().map(|(a, b)| b - a).sum();
+                        if freed > 0 {
+                            punched.insert(id, freed);
+                        }
                         all.push((id, entries));
                         segments.insert(id, file);
                     }
@@ -349,6 +389,7 @@ pub(crate) fn recover(
         }
     }
     let mut superseded = Vec::new();
+    let mut records = Vec::new();
     for (id, entries) in &all {
         for e in entries {
             report.entries += 1;
@@ -356,16 +397,6 @@ pub(crate) fn recover(
                 continue;
             };
             report.payload_bytes += u64::from(e.stored_len);
-            if state.is_retired(&meta.key.namespace, e.record_sequence) {
-                report.retired_skipped += 1;
-                continue;
-            }
-            if tombs
-                .get(&meta.key)
-                .is_some_and(|&t| t >= e.record_sequence)
-            {
-                continue;
-            }
             let Ok(segment) = u32::try_from(*id) else {
                 continue;
             };
@@ -378,6 +409,17 @@ pub(crate) fn recover(
                 sequence: e.record_sequence,
                 format: meta.format,
             };
+            records.push((meta.key, rec));
+            if state.is_retired(&meta.key.namespace, e.record_sequence) {
+                report.retired_skipped += 1;
+                continue;
+            }
+            if tombs
+                .get(&meta.key)
+                .is_some_and(|&t| t >= e.record_sequence)
+            {
+                continue;
+            }
             let Ok(inserted) = index.insert(&meta.key, rec) else {
                 continue;
             };
@@ -409,6 +451,8 @@ pub(crate) fn recover(
         actives,
         max_record_sequence: max_seq,
         superseded,
+        records,
+        punched,
         report,
     })
 }

@@ -25,7 +25,7 @@ use orbitkv_segments::{Alignment, SegmentHeader};
 
 use crate::active::SegmentFile;
 use crate::io::{IoFile, OpenMode};
-use crate::{StateStore, Writer};
+use crate::{Policy, StateStore, Writer};
 
 /// A segment file larger than this many configured segments is removed, not kept.
 const MAX_SPARE_SEGMENTS: u64 = 2;
@@ -101,9 +101,13 @@ impl StateStore {
     }
 
     /// Whether reclaimed files are kept for reuse: with an SSD budget (else nothing is
-    /// reclaimed), on direct segments (buffered writes leave block allocation to writeback).
+    /// reclaimed), on direct segments (buffered writes leave block allocation to writeback),
+    /// but not under [`Policy::RecordLru`] (a segment goes once its records are punched out: its
+    /// file has no blocks left to reuse).
     pub(crate) fn recycles(&self) -> bool {
-        self.config.ssd_bytes.is_some() && self.config.alignment == Alignment::Direct
+        self.config.ssd_bytes.is_some()
+            && self.config.alignment == Alignment::Direct
+            && self.config.policy != Policy::RecordLru
     }
 
     /// Whether a file of `size` bytes may be the spare.

@@ -26,6 +26,9 @@ pub struct Stats {
     pub(crate) recycled_segments: AtomicU64,
     pub(crate) evicted_records: AtomicU64,
     pub(crate) reinserted_records: AtomicU64,
+    pub(crate) punched_records: AtomicU64,
+    pub(crate) punched_bytes: AtomicU64,
+    pub(crate) failed_punches: AtomicU64,
     pub(crate) pins: AtomicU64,
     pub(crate) failed_deletes: AtomicU64,
     pub(crate) failed_dir_syncs: AtomicU64,
@@ -77,6 +80,12 @@ pub struct StatsSnapshot {
     pub evicted_records: u64,
     /// Records copied forward by reclaiming.
     pub reinserted_records: u64,
+    /// Evicted records punched out of their segments (`lru`).
+    pub punched_records: u64,
+    /// File bytes those punches gave back.
+    pub punched_bytes: u64,
+    /// Punches that failed (the bytes stay counted until the segment goes).
+    pub failed_punches: u64,
     /// Pins taken.
     pub pins: u64,
     /// Segment files the store meant to delete (compaction, reclaim, salvage) but could not.
@@ -120,6 +129,9 @@ impl Stats {
             recycled_segments: g(&self.recycled_segments),
             evicted_records: g(&self.evicted_records),
             reinserted_records: g(&self.reinserted_records),
+            punched_records: g(&self.punched_records),
+            punched_bytes: g(&self.punched_bytes),
+            failed_punches: g(&self.failed_punches),
             pins: g(&self.pins),
             failed_deletes: g(&self.failed_deletes),
             failed_dir_syncs: g(&self.failed_dir_syncs),

@@ -716,6 +716,7 @@ impl StateStore {
                 sequence: e.record_sequence,
                 format: meta.format,
             };
+            self.recency.insert(meta.key, &rec, None);
             if held_back {
                 // Readable once durable (`sync`, or the segment's seal).
                 active.staged.push((meta.key, rec));
@@ -735,6 +736,8 @@ impl StateStore {
         }
         Stats::add(&self.stats.puts, 1);
         Stats::add(&self.stats.put_records, records.len() as u64);
+        // The bundle and the hits read before it share a tick.
+        self.recency.advance();
         Ok(PutReceipt {
             first_sequence: first,
             records: records.len(),

@@ -14,7 +14,7 @@ use common::*;
 use orbitkv_segments::Alignment;
 use orbitkv_store::io::Io;
 use orbitkv_store::io::fault::{Crash, FaultIo, FaultPlan};
-use orbitkv_store::{Durability, StateStore, StoreConfig};
+use orbitkv_store::{Durability, Policy, StateStore, StoreConfig};
 
 const PUTS: u64 = 300;
 const KEYS: u64 = 40;
@@ -24,6 +24,8 @@ fn store(io: &FaultIo) -> Option<StateStore> {
     c.durability = Durability::EveryPut;
     c.alignment = Alignment::Direct;
     c.ssd_bytes = Some(1 << 20);
+    // Recycling is the log policies' (record-lru punches records out instead).
+    c.policy = Policy::FifoReinsert;
     c.checkpoint_every = 16;
     let s = StateStore::open(Arc::new(io.clone()) as Arc<dyn Io>, c).ok()?;
     s.register_namespace(NS, info()).ok()?;

@@ -15,7 +15,7 @@ use common::*;
 use orbitkv_segments::Alignment;
 use orbitkv_store::io::Io;
 use orbitkv_store::io::std_io::StdIo;
-use orbitkv_store::{Durability, StateStore, StoreConfig};
+use orbitkv_store::{Durability, Policy, StateStore, StoreConfig};
 
 /// Records of 256 KiB; segments of 2 MiB (a 64th of the budget) hold seven.
 const LEN: usize = 256 << 10;
@@ -26,6 +26,8 @@ fn config(dir: &Path, ssd_bytes: Option<u64>) -> StoreConfig {
     cfg.alignment = Alignment::Direct;
     cfg.durability = Durability::Manual;
     cfg.ssd_bytes = ssd_bytes;
+    // Recycling is the log policies' (record-lru punches records out instead).
+    cfg.policy = Policy::FifoReinsert;
     cfg
 }
 

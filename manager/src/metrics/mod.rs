@@ -481,6 +481,21 @@ impl Metrics {
             store.capacity_refusals,
         );
         x.counter(
+            "orbitkv_store_evicted_records_total",
+            "Records the SSD tier's policy evicted to keep its budget.",
+            store.evicted_records,
+        );
+        x.counter(
+            "orbitkv_store_punched_bytes_total",
+            "File bytes given back by punching evicted records out of their segments.",
+            store.punched_bytes,
+        );
+        x.counter(
+            "orbitkv_store_failed_punches_total",
+            "Punches that failed (the record's bytes stay counted until its segment goes).",
+            store.failed_punches,
+        );
+        x.counter(
             "orbitkv_store_read_errors_total",
             "Reads that failed with an I/O error (each a miss; the segment is quarantined).",
             store.read_errors,
@@ -583,7 +598,7 @@ mod tests {
 
     /// Every family's `# TYPE` line, in the order of the hand-written exposition this
     /// crate's encoding replaced; a new metric adds its line here.
-    const TYPES: [&str; 43] = [
+    const TYPES: [&str; 46] = [
         "orbitkv_connections_total counter",
         "orbitkv_refused_peers_total counter",
         "orbitkv_refused_connections_total counter",
@@ -612,6 +627,9 @@ mod tests {
         "orbitkv_store_checksum_failures_total counter",
         "orbitkv_store_refused_puts_total counter",
         "orbitkv_store_capacity_refusals_total counter",
+        "orbitkv_store_evicted_records_total counter",
+        "orbitkv_store_punched_bytes_total counter",
+        "orbitkv_store_failed_punches_total counter",
         "orbitkv_store_read_errors_total counter",
         "orbitkv_store_lost_records_total counter",
         "orbitkv_store_failed_deletes_total counter",
