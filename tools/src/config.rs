@@ -94,7 +94,7 @@ pub fn parse_fraction(text: &str) -> Result<f64, String> {
     }
 }
 
-/// Parses a reclaim policy name (`s3-fifo`, `fifo`, `fifo-reinsert`).
+/// Parses a reclaim policy name (`record-lru`, `s3-fifo`, `fifo`, `fifo-reinsert`).
 pub fn parse_policy(text: &str) -> Result<Policy, String> {
     Policy::ALL
         .iter()
@@ -142,9 +142,10 @@ pub struct Capacity {
     /// Without `ssd_bytes`: this fraction of the free space under the data directory (plus
     /// what the store already holds).
     pub ssd_fraction: Option<f64>,
-    /// A segment is sealed once it would pass this size (at most a 64th of the SSD budget).
+    /// A segment is sealed once it would pass this size (at most a 16th of the SSD budget
+    /// under `record-lru`, a 64th under the others).
     pub segment_bytes: Option<Size>,
-    /// Which segments the SSD tier reclaims when full: `s3-fifo`, `fifo` or `fifo-reinsert`.
+    /// What the SSD tier evicts when full: `record-lru`, `s3-fifo`, `fifo` or `fifo-reinsert`.
     pub policy: Option<String>,
     /// How often sealed segments are compacted in the background (`0` or `"off"`: never).
     pub compact_interval: Option<Interval>,
@@ -271,7 +272,7 @@ mod tests {
         assert_eq!(c.limits.max_publish_bytes, Some(Size(4 << 30)));
         assert_eq!(c.limits.send_timeout_ms, Some(10_000));
         assert_eq!(c.capacity.segment_bytes, Some(Size(256 << 20)));
-        assert_eq!(c.capacity.policy.as_deref(), Some("fifo-reinsert"));
+        assert_eq!(c.capacity.policy.as_deref(), Some("record-lru"));
         assert_eq!(
             c.capacity.compact_interval,
             Some(Interval(Duration::from_secs(30)))

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::Failure;
 use crate::cmd::policy_model::{
-    Modelled, arc, clock, fifo_reinsert, lru_deepest_first, punched_lru,
+    Modelled, arc, clock, fifo_reinsert, lru_deepest_first, punched_lru, record_lru,
 };
 use crate::cmd::replay::{Budget, Outcome, no_mismatch, replay_store, simulated};
 use crate::output::Output;
@@ -155,7 +155,7 @@ fn shape_name(shape: Shape) -> &'static str {
 /// budget would fall below the store's smallest SSD budget. The hit ratio depends on the
 /// capacity in blocks, not on their size.
 fn cell_block_bytes(blocks: u64, block_bytes: u64) -> u64 {
-    let fits = |b: u64| ssd_records_held(MIN_SSD_BYTES, b, Alignment::Packed) <= blocks;
+    let fits = |b: u64| ssd_records_held(MIN_SSD_BYTES, b, Alignment::Direct) <= blocks;
     if fits(block_bytes) {
         return block_bytes;
     }
@@ -415,8 +415,9 @@ fn against_lru(lru: f64, hit: f64) -> String {
     }
 }
 
-fn admission_row(c: &ModelCell, workload: &str, seed: &str, percent: u64) -> String {
-    let [off, on] = [&c.models[0], &c.models[1]];
+/// One model without and with admission: both hit ratios (with their ratio to `lru`), SSD
+/// blocks written per block hit by each, and how many times fewer admission writes.
+fn admission_cells(lru: f64, off: &Modelled, on: &Modelled) -> String {
     let per_hit = |m: &Modelled| {
         m.writes_per_hit()
             .map_or("—".to_owned(), |w| format!("{w:.2}"))
@@ -427,17 +428,27 @@ fn admission_row(c: &ModelCell, workload: &str, seed: &str, percent: u64) -> Str
         _ => "—".to_owned(),
     };
     format!(
-        "| {workload} | {seed} | {percent} % | {:.4} | {} | {} | {} | {} | {fewer} |",
-        c.lru,
-        against_lru(c.lru, off.hit_ratio()),
-        against_lru(c.lru, on.hit_ratio()),
+        " {} | {} | {} | {} | {fewer} |",
+        against_lru(lru, off.hit_ratio()),
+        against_lru(lru, on.hit_ratio()),
         per_hit(off),
         per_hit(on),
     )
 }
 
-/// The admission table: each cell's hit ratios (and ratios to LRU) without and with
-/// admission, SSD blocks written per block hit, and how many times fewer admission writes.
+fn admission_row(c: &ModelCell, workload: &str, seed: &str, percent: u64) -> String {
+    let mut row = format!("| {workload} | {seed} | {percent} % | {:.4} |", c.lru);
+    for pair in c.models.chunks(2) {
+        if let [off, on] = pair {
+            row.push_str(&admission_cells(c.lru, off, on));
+        }
+    }
+    row
+}
+
+/// The admission table: for the models of `record-lru` and of `fifo-reinsert`, each cell's hit
+/// ratios (and ratios to LRU) without and with admission, SSD blocks written per block hit,
+/// and how many times fewer admission writes.
 fn admission_table(
     workloads: &[Workload],
     capacities: &[u64],
@@ -445,12 +456,19 @@ fn admission_table(
     out: &Output,
 ) -> Result<(), Failure> {
     if !out.json() {
+        let pair = |m: &str| {
+            format!(" {m} | {m} + admission | written per hit | with admission | fewer writes |")
+        };
         println!(
-            "| workload | seed | capacity | LRU | model | model + admission | written per hit | with admission | fewer writes |"
+            "| workload | seed | capacity | LRU |{}{}",
+            pair("record-lru"),
+            pair("fifo-reinsert")
         );
-        println!("|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|{}", "---|".repeat(10));
     }
-    let models: [Model; 2] = [
+    let models: [Model; 4] = [
+        |t, c| record_lru(t, c, false),
+        |t, c| record_lru(t, c, true),
         |t, c| fifo_reinsert(t, c, false),
         |t, c| fifo_reinsert(t, c, true),
     ];
@@ -462,20 +480,30 @@ fn admission_table(
         admission_row,
         out,
     );
-    let text = format!(
-        "\nmodel: worst ratio to LRU {}\nmodel + admission: worst ratio to LRU {}\n",
-        worst_model(&cells, 0),
-        worst_model(&cells, 1)
-    );
+    const NAMES: [&str; 4] = [
+        "record_lru",
+        "record_lru_admission",
+        "fifo_reinsert",
+        "fifo_reinsert_admission",
+    ];
+    let mut text = String::from("\n");
+    for (i, name) in NAMES.iter().enumerate() {
+        let _ = writeln!(
+            text,
+            "{name}: worst ratio to LRU {}",
+            worst_model(&cells, i)
+        );
+    }
     out.emit(&text, || {
         let m = |m: &Modelled| json!({"hit_ratio": m.hit_ratio(), "ssd_writes": m.ssd_writes, "hits": m.hits});
         json!({
-            "cells": cells.iter().map(|c| json!({
-                "cell": c.at,
-                "lru": c.lru,
-                "model": m(&c.models[0]),
-                "model_admission": m(&c.models[1]),
-            })).collect::<Vec<_>>(),
+            "cells": cells.iter().map(|c| {
+                let mut o = json!({"cell": c.at, "lru": c.lru});
+                for (name, model) in NAMES.iter().zip(&c.models) {
+                    o[*name] = m(model);
+                }
+                o
+            }).collect::<Vec<_>>(),
         })
     })
 }
@@ -629,11 +657,11 @@ mod tests {
     #[test]
     fn a_small_cell_takes_larger_blocks_to_reach_the_smallest_budget() {
         assert_eq!(cell_block_bytes(10_000, 4096), 4096);
-        let b = cell_block_bytes(100, 4096);
+        let b = cell_block_bytes(40, 4096);
         assert!(b > 4096 && b.is_multiple_of(1024));
-        assert!(Budget::ssd_blocks(100, b).ssd_bytes >= MIN_SSD_BYTES);
-        let held = Budget::ssd_blocks(100, b).capacity();
-        assert!((100..=103).contains(&held), "{held}");
+        assert!(Budget::ssd_blocks(40, b).ssd_bytes >= MIN_SSD_BYTES);
+        let held = Budget::ssd_blocks(40, b).capacity();
+        assert!((40..=42).contains(&held), "{held}");
     }
 
     #[test]

@@ -203,6 +203,49 @@ fn one_log(trace: &[Vec<u64>], mut log: Log, admission: bool) -> Modelled {
     out
 }
 
+/// Runs the model of `record-lru` (deepest-first LRU per block, [`DeepestFirstLru`]) over
+/// `trace` at `capacity` blocks, with or without admission: with it, a block is written to
+/// the SSD tier only as [`Admission`] lets it, and until then hits only while it waits in DRAM.
+pub(crate) fn record_lru(trace: &[Vec<u64>], capacity: usize, admission: bool) -> Modelled {
+    let capacity = capacity.max(1);
+    let mut ssd = Recency::default();
+    let mut adm = admission.then(|| Admission::new(capacity));
+    let mut out = Modelled::default();
+    let mut write = Vec::new();
+    for ids in trace {
+        out.block_refs += ids.len() as u64;
+        let present = |ssd: &Recency, adm: &Option<Admission>, id: u64| {
+            ssd.contains(id) || adm.as_ref().is_some_and(|a| a.dram.contains(id))
+        };
+        let hit = ids
+            .iter()
+            .take_while(|&&id| present(&ssd, &adm, id))
+            .count();
+        out.hits += hit as u64;
+        write.clear();
+        for (i, &id) in ids.iter().enumerate() {
+            let now = if i < hit {
+                // Asked for again while waiting in DRAM: admitted.
+                adm.as_mut().is_some_and(|a| a.take(id))
+            } else {
+                !present(&ssd, &adm, id) && adm.as_mut().is_none_or(|a| a.publish(id))
+            };
+            write.push(now);
+        }
+        // Deepest first: the request's root is its most recent block.
+        for (&id, &now) in ids.iter().zip(&write).rev() {
+            if now || ssd.contains(id) {
+                out.ssd_writes += u64::from(!ssd.contains(id));
+                ssd.touch(id);
+                while ssd.len() > capacity {
+                    ssd.pop_oldest();
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Block ids in recency order: the least recent first out.
 #[derive(Default)]
 struct Recency {
@@ -650,6 +693,24 @@ mod tests {
         assert!(log.segments.len() <= SEGMENTS);
         let live: usize = log.segments.values().map(HashSet::len).sum();
         assert_eq!(live, log.cache.len());
+    }
+
+    #[test]
+    fn the_record_lru_model_is_deepest_first_lru_and_admission_spares_writes() {
+        let p = crate::tracegen::Params::new(crate::tracegen::Shape::OneShot, 1, 300);
+        let trace: Vec<Vec<u64>> = crate::tracegen::generate(&p)
+            .into_iter()
+            .map(|r| r.hash_ids)
+            .collect();
+        let plain = record_lru(&trace, 500, false);
+        assert_eq!(plain, lru_deepest_first(&trace, 500));
+        // One-shot traffic: admission writes nothing and loses no hit.
+        let admitted = record_lru(&trace, 500, true);
+        assert_eq!((admitted.ssd_writes, admitted.hits), (0, plain.hits));
+        let reused = vec![vec![1, 2], vec![1, 2, 3], vec![1, 2, 3]];
+        let m = record_lru(&reused, 100, true);
+        // 1 and 2 wait in DRAM (a tenth of the capacity), are asked for and written; 3 likewise.
+        assert_eq!((m.hits, m.ssd_writes), (2 + 3, 3));
     }
 
     #[test]

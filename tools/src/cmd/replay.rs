@@ -51,9 +51,9 @@ pub struct ReplayArgs {
     /// Payload bytes per block.
     #[arg(long, value_name = "B", default_value = "16KiB", value_parser = parse_size)]
     block_bytes: u64,
-    /// `s3-fifo`, `fifo` or `fifo-reinsert` (the store's policies), or `lru` or `min` (per-block
-    /// references, simulated without a store).
-    #[arg(long, value_name = "NAME", default_value = "fifo-reinsert")]
+    /// `record-lru`, `s3-fifo`, `fifo` or `fifo-reinsert` (the store's policies), or `lru` or
+    /// `min` (per-block references, simulated without a store).
+    #[arg(long, value_name = "NAME", default_value = "record-lru")]
     policy: String,
     /// Replay only the first N requests.
     #[arg(long, value_name = "N")]
@@ -80,7 +80,7 @@ impl Budget {
     pub(crate) fn ssd_blocks(blocks: u64, block_bytes: u64) -> Self {
         Self {
             dram_bytes: 0,
-            ssd_bytes: ssd_bytes_holding(blocks, block_bytes, Alignment::Packed),
+            ssd_bytes: ssd_bytes_holding(blocks, block_bytes, Alignment::Direct),
             block_bytes,
         }
     }
@@ -88,7 +88,7 @@ impl Budget {
     /// The blocks the SSD budget's segments hold, for the simulated references: LRU and MIN
     /// get as many payload blocks as the store.
     pub(crate) fn capacity(&self) -> usize {
-        let held = ssd_records_held(self.ssd_bytes, self.block_bytes.max(1), Alignment::Packed);
+        let held = ssd_records_held(self.ssd_bytes, self.block_bytes.max(1), Alignment::Direct);
         usize::try_from(held).unwrap_or(usize::MAX)
     }
 }
@@ -165,7 +165,7 @@ fn parse_policy(name: &str) -> Result<Option<Policy>, Failure> {
         .map(|(_, p)| Some(*p))
         .ok_or_else(|| {
             Failure::refused(format!(
-                "--policy {name}: one of s3-fifo, fifo, fifo-reinsert, lru, min"
+                "--policy {name}: one of record-lru, s3-fifo, fifo, fifo-reinsert, lru, min"
             ))
         })
 }
@@ -197,6 +197,8 @@ pub(crate) fn replay_store(
         .filter(|b| *b > 0 && *b <= orbitkv_segments::MAX_PAYLOAD_LEN)
         .ok_or_else(|| Failure::refused("--block-bytes: between 1 byte and 2 GiB"))?;
     let mut cfg = StoreConfig::new(dir);
+    // Direct frames, as `orbitkv serve` writes where the disk takes O_DIRECT.
+    cfg.alignment = Alignment::Direct;
     cfg.durability = Durability::Manual;
     cfg.ssd_bytes = Some(a.ssd_bytes);
     cfg.dram_bytes = a.dram_bytes;

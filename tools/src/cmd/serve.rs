@@ -52,12 +52,12 @@ pub struct ServeArgs {
     /// the store already holds].
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
     ssd_bytes: Option<u64>,
-    /// Segment size: a segment is sealed once it would pass it (at most a 64th of the SSD
-    /// budget) [default: 256MiB].
+    /// Segment size: a segment is sealed once it would pass it (at most a 16th of the SSD
+    /// budget under record-lru, a 64th under the others) [default: 256MiB].
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
     segment_bytes: Option<u64>,
-    /// Which segments the SSD tier reclaims when full: s3-fifo, fifo, fifo-reinsert
-    /// [default: fifo-reinsert].
+    /// What the SSD tier evicts when full: record-lru, s3-fifo, fifo, fifo-reinsert
+    /// [default: record-lru].
     #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
     policy: Option<Policy>,
     /// How often sealed segments are compacted in the background (`30s`, `500ms`; `0` or `off`
