@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::forward::{Copied, Target};
 use crate::io::OpenMode;
 use crate::reclaimer::Log;
-use crate::recover::{MAX_SEGMENT_FILE_BYTES, read_whole};
+use crate::recover::{MAX_SEGMENT_FILE_BYTES, is_punched, read_whole};
 use crate::{StateStore, Writer};
 
 /// What one sealed segment holds, and how much of it is still live.
@@ -32,7 +32,7 @@ pub struct SegmentStat {
     pub entries: u64,
     /// Records the index still serves from it.
     pub live_records: u64,
-    /// Stored payload bytes of all its records.
+    /// Stored payload bytes of all its records not punched out.
     pub stored_bytes: u64,
     /// Stored payload bytes of its live records.
     pub live_bytes: u64,
@@ -119,8 +119,11 @@ impl StateStore {
                 live_bytes: 0,
                 tombstones: 0,
             };
+            // A punched record's bytes are gone already: compacting cannot free them again.
+            let holes = file.file.holes().unwrap_or_default();
             for e in &footer.entries {
                 match &e.body {
+                    FrameBody::Record(_) if is_punched(e, &holes) => {}
                     FrameBody::Record(m) => {
                         st.stored_bytes += u64::from(e.stored_len);
                         if self.is_live(&m.key, id, e.offset, e.record_sequence) {

@@ -182,3 +182,17 @@ fn on_real_files_punched_records_are_holes_and_stay_gone() {
     .unwrap();
     assert!(report.is_clean(), "{:?}", report.problems());
 }
+
+#[test]
+fn punched_records_do_not_make_a_segment_look_sparse_to_compaction() {
+    let io = FaultIo::new();
+    let store = open_with(&io, lru_config());
+    put_range(&store, 6, 0, 3 * RECORDS, LEN);
+    store.sync().unwrap();
+    assert!(store.stats().punched_records > 0);
+    // Every record not punched out is live: nothing to gain by rewriting.
+    for s in store.segment_stats().unwrap() {
+        assert_eq!(s.live_fraction(), 1.0, "{s:?}");
+    }
+    assert!(store.compact_below(0.5).unwrap().inputs.is_empty());
+}
