@@ -58,6 +58,13 @@ impl Pins {
         self.table().per_segment.keys().copied().collect()
     }
 
+    /// Whether a record of `segment` is pinned now. A pin looks its record up in the index and
+    /// takes it under the table's lock: once a record is out of the index and this says no, no
+    /// pin on it can follow.
+    pub(crate) fn holds_segment(&self, segment: u64) -> bool {
+        self.table().per_segment.contains_key(&segment)
+    }
+
     /// Pins held.
     pub(crate) fn len(&self) -> usize {
         self.table().pins.len()

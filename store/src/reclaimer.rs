@@ -341,11 +341,11 @@ impl StateStore {
     /// [`Policy::RecordLru`]: evicts records, least recently used first, until `need` more bytes fit
     /// `budget` or no record can go. Each is dropped from the index and punched out of its
     /// sealed segment; a segment left holding none is reclaimed whole. A record stays (put back
-    /// as it was) while its segment is active or pinned, or while an older record of its key
-    /// lies in another segment (a restart would serve that one: see superseded.rs). What is
-    /// still short is left to whole-segment reclaim.
+    /// as it was) while its segment is active, or while an older record of its key lies in
+    /// another segment (a restart would serve that one: see superseded.rs). One in a pinned
+    /// segment leaves the index but keeps its bytes until a later round. What is still short is
+    /// left to whole-segment reclaim.
     fn evict_records(&self, w: &mut Writer, need: u64, budget: u64) -> Result<()> {
-        let pinned = self.pins.pinned_segments();
         let mut stay = Vec::new();
         let mut result = Ok(());
         while w.ssd_used + need > budget {
@@ -365,13 +365,19 @@ impl StateStore {
             };
             let e = &v.entry;
             let live = self.is_live(&e.key, seg, offset, e.sequence);
-            if pinned.contains(&seg) || (live && self.superseded.elsewhere(&e.key, seg)) {
+            if live && self.superseded.elsewhere(&e.key, seg) {
                 stay.push(v);
                 continue;
             }
             if live && self.index.remove(&e.key, Some(e.sequence)).is_some() {
                 self.dram.remove(&e.key, e.sequence);
                 Stats::add(&self.stats.evicted_records, 1);
+            }
+            // Checked after the index let go of it: a pin taken before is seen here, and none
+            // can be taken after. A pinned reader keeps the bytes until its pin goes.
+            if self.pins.holds_segment(seg) {
+                stay.push(v);
+                continue;
             }
             self.punch(w, seg, offset, e.frame_len, direct);
             if self.recency.held_in(seg) == 0 && !self.is_quarantined(seg) {
