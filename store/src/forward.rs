@@ -128,11 +128,8 @@ impl StateStore {
         }
         if moved && let Some(p) = from {
             // The copy keeps the record's place in the order.
-            self.recency.relocate(
-                (u64::from(p.segment), p.offset),
-                (u64::from(r.segment), r.offset),
-                r.sequence,
-            );
+            self.recency
+                .relocate((u64::from(p.segment), p.offset), c.key, r);
         }
         Ok(moved)
     }

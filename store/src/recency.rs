@@ -141,16 +141,22 @@ impl Recency {
         }
     }
 
-    /// Moves the record at `from` to its copy at `to` (sequence `sequence`), keeping when it
-    /// was last used.
-    pub(crate) fn relocate(&self, from: Location, to: Location, sequence: u64) {
+    /// Moves the record at `from` to its copy `rec` of `key`, keeping when it was last used;
+    /// a copy of a record the order does not hold now (taken out for a moment by an eviction)
+    /// is added as used now.
+    pub(crate) fn relocate(&self, from: Location, key: StateKey, rec: &Record) {
         if !self.enabled {
             return;
         }
-        let mut inner = self.inner();
-        if let Some(mut e) = inner.remove(from) {
-            e.sequence = sequence;
-            inner.put(to, e);
+        let moved = {
+            let mut inner = self.inner();
+            inner.remove(from).map(|mut e| {
+                e.sequence = rec.sequence;
+                inner.put((u64::from(rec.segment), rec.offset), e);
+            })
+        };
+        if moved.is_none() {
+            self.insert(key, rec, None);
         }
     }
 
@@ -278,11 +284,15 @@ mod tests {
         r.insert(key(1), &rec(1, 0, 5, 0), Some(3));
         r.insert(key(2), &rec(1, 4096, 6, 0), Some(4));
         assert_eq!(r.held_in(1), 2);
-        r.relocate((1, 0), (7, 0), 8);
+        r.relocate((1, 0), key(1), &rec(7, 0, 8, 0));
         assert_eq!((r.held_in(1), r.held_in(7)), (1, 1));
         let v = r.pop_oldest().unwrap();
         assert_eq!((v.at, v.entry.sequence), ((7, 0), 8));
         r.restore(v);
+        // A copy of a record taken out of the order comes back as used now.
+        r.relocate((5, 0), key(3), &rec(8, 0, 9, 0));
+        assert_eq!(r.held_in(8), 1);
+        r.forget_segment(8);
         r.forget_segment(7);
         r.forget((1, 4096));
         assert_eq!(r.len(), 0);

@@ -380,7 +380,10 @@ impl StateStore {
                 continue;
             }
             self.punch(w, seg, offset, e.frame_len, direct);
-            if self.recency.held_in(seg) == 0 && !self.is_quarantined(seg) {
+            if self.recency.held_in(seg) == 0
+                && !self.is_quarantined(seg)
+                && !self.pins.holds_segment(seg)
+            {
                 if let Err(e) = self.reclaim(w, seg, None) {
                     result = Err(e);
                     break;
