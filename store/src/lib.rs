@@ -148,6 +148,8 @@ struct Writer {
     punch_unsupported: bool,
     /// The first punch's hole was looked for in the file's list of holes.
     punch_checked: bool,
+    /// Segments punched since their last fsync.
+    unsynced_punches: BTreeSet<u64>,
 }
 
 impl Writer {

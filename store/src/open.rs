@@ -126,6 +126,7 @@ impl StateStore {
             punched: rec.punched,
             punch_unsupported: false,
             punch_checked: false,
+            unsynced_punches: BTreeSet::new(),
         };
         // Seal what was active (or forget it when empty): recovery scans only one active tail.
         // If that cannot be written (a full disk), the store still opens and serves reads.

@@ -369,17 +369,24 @@ impl StateStore {
                 stay.push(v);
                 continue;
             }
-            if live && self.index.remove(&e.key, Some(e.sequence)).is_some() {
+            let evicted = live && self.index.remove(&e.key, Some(e.sequence)).is_some();
+            if evicted {
                 self.dram.remove(&e.key, e.sequence);
                 Stats::add(&self.stats.evicted_records, 1);
             }
             // Checked after the index let go of it: a pin taken before is seen here, and none
             // can be taken after. A pinned reader keeps the bytes until its pin goes.
-            if self.pins.holds_segment(seg) {
+            let pinned = self.pins.holds_segment(seg);
+            if pinned || !self.punch(w, seg, offset, e.frame_len, direct) {
+                // Whole on disk and out of the index: a newer record of its key must not go
+                // while this one could come back after a restart. (A punched one's hole stands
+                // for it on open: no older record of its key is indexed.)
+                self.superseded.note(&e.key, seg);
+            }
+            if pinned {
                 stay.push(v);
                 continue;
             }
-            self.punch(w, seg, offset, e.frame_len, direct);
             if self.recency.held_in(seg) == 0
                 && !self.is_quarantined(seg)
                 && !self.pins.holds_segment(seg)
@@ -402,18 +409,19 @@ impl StateStore {
     /// counted until the segment goes. After `Unsupported` no punch is tried again, nor after a
     /// first punch the file's list of holes does not show: recovery could not tell a punched
     /// record from a damaged one.
-    fn punch(&self, w: &mut Writer, seg: u64, offset: u64, frame_len: u64, direct: bool) {
+    fn punch(&self, w: &mut Writer, seg: u64, offset: u64, frame_len: u64, direct: bool) -> bool {
         let Some((at, len)) = punch_range(offset, frame_len, direct) else {
-            return;
+            return false;
         };
         if w.punch_unsupported {
-            return;
+            return false;
         }
         let Some(file) = self.segment_file(seg) else {
-            return;
+            return false;
         };
         match file.file.punch_hole(at, len) {
             Ok(()) => {
+                w.unsynced_punches.insert(seg);
                 *w.punched.entry(seg).or_default() += len;
                 w.ssd_used = w.ssd_used.saturating_sub(len);
                 Stats::add(&self.stats.punched_records, 1);
@@ -433,6 +441,7 @@ impl StateStore {
                         );
                     }
                 }
+                true
             }
             Err(e) => {
                 Stats::add(&self.stats.failed_punches, 1);
@@ -451,8 +460,31 @@ impl StateStore {
                          until its segment goes"
                     );
                 }
+                false
             }
         }
+    }
+
+    /// Makes the punches since the last call durable (an fsync of each file punched), before a
+    /// segment's deletion is committed: a hole must not be lost while the manifest keeps a later
+    /// deletion, or a punched record's older version could come back with the tombstone the
+    /// deleted segment's hole stood for. A failure is logged: the segment stays (the caller
+    /// gives up the deletion).
+    pub(crate) fn sync_punches(&self, w: &mut Writer) -> Result<()> {
+        for seg in std::mem::take(&mut w.unsynced_punches) {
+            let Some(file) = self.segment_file(seg) else {
+                continue;
+            };
+            if let Err(e) = file.file.sync() {
+                w.unsynced_punches.insert(seg);
+                return Err(Error::Io {
+                    path: file.path.clone(),
+                    op: "sync",
+                    source: e,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The segment to reclaim: sealed, not pinned, oldest first — from the probation log while
@@ -517,6 +549,19 @@ impl StateStore {
                 Vec::new()
             }
         };
+        // Under record-lru the segment's punched records stand, by their holes, for their keys'
+        // evictions: it stays while an older record of one of them is whole elsewhere.
+        if self.config.policy == Policy::RecordLru
+            && entries.iter().any(|e| match &e.body {
+                FrameBody::Record(meta) => {
+                    !self.is_live(&meta.key, id, e.offset, e.record_sequence)
+                        && self.superseded.elsewhere(&meta.key, id)
+                }
+                _ => false,
+            })
+        {
+            return Ok(());
+        }
         let mut kept: Vec<Copied> = Vec::new();
         let mut dropped: Vec<(StateKey, u64)> = Vec::new();
         for e in &entries {
@@ -579,6 +624,7 @@ impl StateStore {
                 }
             }
         }
+        self.sync_punches(w)?;
         w.append_manifest(ManifestRecord::SegmentDeleted { segment_id: id })?;
         self.segments
             .write()

@@ -151,11 +151,25 @@ pub(crate) fn is_punched(e: &IndexEntry, holes: &[(u64, u64)]) -> bool {
     holes.get(i).is_some_and(|&(a, _)| a < end)
 }
 
-/// Drops from `entries` the frames punched out; returns how many.
-fn without_punched(entries: &mut Vec<IndexEntry>, holes: &[(u64, u64)]) -> u64 {
+/// Takes the frames punched out of `entries`, noting each record's key and sequence in
+/// `punched`; returns how many. A punched record was evicted: no older record of its key may be
+/// indexed in its place.
+fn without_punched(
+    entries: &mut Vec<IndexEntry>,
+    holes: &[(u64, u64)],
+    punched: &mut Vec<(StateKey, u64)>,
+) -> u64 {
     let before = entries.len();
     if !holes.is_empty() {
-        entries.retain(|e| !is_punched(e, holes));
+        entries.retain(|e| {
+            if !is_punched(e, holes) {
+                return true;
+            }
+            if let FrameBody::Record(meta) = &e.body {
+                punched.push((meta.key, e.record_sequence));
+            }
+            false
+        });
     }
     (before - entries.len()) as u64
 }
@@ -311,6 +325,7 @@ pub(crate) fn recover(
     });
     let mut all: Vec<(u64, Vec<IndexEntry>)> = Vec::new();
     let mut punched: HashMap<u64, u64> = HashMap::new();
+    let mut punched_records: Vec<(StateKey, u64)> = Vec::new();
     for (id, st) in listed {
         let path = layout.segment(id);
         let mode = if read_only {
@@ -346,7 +361,8 @@ pub(crate) fn recover(
                             tracing::warn!(segment = id, "cannot list holes: {e}");
                             Vec::new()
                         });
-                        report.punched += without_punched(&mut entries, &holes);
+                        report.punched +=
+                            without_punched(&mut entries, &holes, &mut punched_records);
                         let freed: u64 = holes.iter().map(|(a, b)| b - a).sum();
                         if freed > 0 {
                             punched.insert(id, freed);
@@ -377,7 +393,13 @@ pub(crate) fn recover(
         }
     }
     // Tombstones first: a record is indexed only when it is newer than every tombstone of its key.
+    // A punched record is one too: were an older record of its key left whole (its own punch
+    // lost, or never made), it must not come back in the evicted one's place.
     let mut tombs: HashMap<StateKey, u64> = HashMap::new();
+    for (key, seq) in punched_records {
+        let t = tombs.entry(key).or_default();
+        *t = (*t).max(seq);
+    }
     let mut max_seq = None;
     for (_, entries) in &all {
         for e in entries {

@@ -196,3 +196,31 @@ fn punched_records_do_not_make_a_segment_look_sparse_to_compaction() {
     }
     assert!(store.compact_below(0.5).unwrap().inputs.is_empty());
 }
+
+#[test]
+fn a_record_evicted_whole_keeps_a_newer_one_of_its_key_after_a_crash() {
+    let io = FaultIo::new();
+    {
+        let store = open_with(&io, lru_config());
+        let old = payload(7, 0, LEN);
+        store.put(&[(meta(0), old.as_slice())]).unwrap();
+        put_range(&store, 7, 1, 40, LEN);
+        // Pinned while it is evicted: it leaves the index, its bytes stay whole.
+        let pin = store.pin(&key(0)).unwrap();
+        put_range(&store, 7, 40, 3 * RECORDS, LEN);
+        assert!(!store.index().contains(&key(0)));
+        // The key put again, then pushed out by later traffic.
+        let new = payload(8, 0, LEN);
+        store.put(&[(meta(0), new.as_slice())]).unwrap();
+        put_range(&store, 7, 3 * RECORDS, 6 * RECORDS, LEN);
+        store.sync().unwrap();
+        assert!(store.unpin(pin));
+        drop(store);
+    }
+    io.crash(Crash::DropUnsynced);
+    let store = open_with(&io, lru_config());
+    let mut out = Vec::new();
+    if store.get(&key(0), &mut out).unwrap().is_some() {
+        assert_eq!(out, payload(8, 0, LEN), "the older version came back");
+    }
+}
