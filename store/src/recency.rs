@@ -229,21 +229,8 @@ pub(crate) fn punch_range(offset: u64, frame_len: u64, direct: bool) -> Option<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use orbitkv_state::{
-        CacheGroupId, Component, FormatDigest, HashDomain, Namespace, RankSpec, TokenRange,
-    };
-
-    fn key(i: u8) -> StateKey {
-        StateKey::new(
-            Namespace([1; 32]),
-            HashDomain::VllmSha256Cbor,
-            &[i; 32],
-            CacheGroupId(0),
-            Component::DenseKv,
-            RankSpec::Rank(0),
-        )
-        .unwrap_or_else(|e| panic!("{e}"))
-    }
+    use orbitkv_state::{FormatDigest, TokenRange};
+    use orbitkv_testkit::fixtures::key;
 
     /// A record at (`segment`, `offset`) of sequence `sequence` whose tokens start at `depth`.
     fn rec(segment: u32, offset: u64, sequence: u64, depth: u64) -> Record {
@@ -262,8 +249,8 @@ mod tests {
     fn the_least_recently_used_leaves_first_and_a_chain_from_its_end() {
         let r = Recency::new(true, 10);
         // One request's chain of three, written at one tick.
-        for (i, depth) in [(1u8, 0u64), (2, 16), (3, 32)] {
-            r.insert(key(i), &rec(1, u64::from(i) * 4096, 1, depth), None);
+        for (i, depth) in [(1u64, 0u64), (2, 16), (3, 32)] {
+            r.insert(key(i), &rec(1, i * 4096, 1, depth), None);
         }
         r.advance();
         // A later request's block.

@@ -96,44 +96,36 @@ struct Content {
     holes: Vec<(usize, usize)>,
 }
 
+/// Removes `a..b` from `ranges`.
+fn cut(ranges: &mut Vec<(usize, usize)>, a: usize, b: usize) {
+    if ranges.is_empty() {
+        return;
+    }
+    let mut kept = Vec::with_capacity(ranges.len() + 1);
+    for &(x, y) in ranges.iter() {
+        if y <= a || x >= b {
+            kept.push((x, y));
+            continue;
+        }
+        if x < a {
+            kept.push((x, a));
+        }
+        if y > b {
+            kept.push((b, y));
+        }
+    }
+    *ranges = kept;
+}
+
 impl Content {
     /// Removes `a..b` from the lost ranges.
     fn rewritten(&mut self, a: usize, b: usize) {
-        if self.lost.is_empty() {
-            return;
-        }
-        let mut kept = Vec::with_capacity(self.lost.len() + 1);
-        for &(x, y) in &self.lost {
-            if y <= a || x >= b {
-                kept.push((x, y));
-                continue;
-            }
-            if x < a {
-                kept.push((x, a));
-            }
-            if y > b {
-                kept.push((b, y));
-            }
-        }
-        self.lost = kept;
+        cut(&mut self.lost, a, b);
     }
 
     /// Drops `a..b` from the holes (written again).
     fn filled(&mut self, a: usize, b: usize) {
-        let mut kept = Vec::with_capacity(self.holes.len() + 1);
-        for &(x, y) in &self.holes {
-            if y <= a || x >= b {
-                kept.push((x, y));
-                continue;
-            }
-            if x < a {
-                kept.push((x, a));
-            }
-            if y > b {
-                kept.push((b, y));
-            }
-        }
-        self.holes = kept;
+        cut(&mut self.holes, a, b);
     }
 
     /// `bytes` with the lost ranges zeroed.
@@ -302,6 +294,20 @@ impl FaultFile {
         }
         Ok(s)
     }
+
+    /// The state for a change to this file, counted as a mutating operation; refused on a
+    /// read-only handle.
+    fn mutable_state(&self) -> io::Result<MutexGuard<'_, State>> {
+        if !self.writable {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "read-only handle",
+            ));
+        }
+        let mut s = self.state()?;
+        s.op()?;
+        Ok(s)
+    }
 }
 
 impl IoFile for FaultFile {
@@ -357,14 +363,7 @@ impl IoFile for FaultFile {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        if !self.writable {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                "read-only handle",
-            ));
-        }
-        let mut s = self.state()?;
-        s.op()?;
+        let mut s = self.mutable_state()?;
         s.counters.writes += 1;
         let n = s.counters.writes;
         if s.plan.fail_write == Some(n)
@@ -427,14 +426,7 @@ impl IoFile for FaultFile {
     /// Frees the whole 4 KiB pages of the range at once and for good, in the volatile and the
     /// durable bytes alike (a hole survives a crash).
     fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
-        if !self.writable {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                "read-only handle",
-            ));
-        }
-        let mut s = self.state()?;
-        s.op()?;
+        let mut s = self.mutable_state()?;
         if let Some(kind) = s.plan.refuse_punches {
             return Err(io::Error::new(kind, "injected punch refusal"));
         }
