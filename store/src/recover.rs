@@ -112,8 +112,8 @@ pub struct RecoveryReport {
     pub bytes_read: u64,
     /// Stored payload bytes of the records in the opened segments.
     pub payload_bytes: u64,
-    /// Records of sealed segments punched out (evicted under the `lru` policy): left out of
-    /// the index, not damage.
+    /// Records of sealed segments punched out (evicted under `record-lru`): left out of the
+    /// index, not damage.
     pub punched: u64,
 }
 
@@ -396,11 +396,13 @@ pub(crate) fn recover(
     // A punched record is one too: were an older record of its key left whole (its own punch
     // lost, or never made), it must not come back in the evicted one's place.
     let mut tombs: HashMap<StateKey, u64> = HashMap::new();
+    // A punched record's sequence is on disk still, in its footer: never given out again.
+    let mut max_seq = None;
     for (key, seq) in punched_records {
         let t = tombs.entry(key).or_default();
         *t = (*t).max(seq);
+        max_seq = max_seq.max(Some(seq));
     }
-    let mut max_seq = None;
     for (_, entries) in &all {
         for e in entries {
             max_seq = max_seq.max(Some(e.record_sequence));

@@ -8,6 +8,7 @@ mod common;
 use common::*;
 use orbitkv_segments::Alignment;
 use orbitkv_store::io::fault::{Crash, FaultIo, FaultPlan};
+use orbitkv_store::io::{Io, OpenMode};
 use orbitkv_store::{Durability, Policy, StateStore, StoreConfig, fsck, ssd_bytes_holding};
 
 const LEN: usize = 16 << 10;
@@ -223,4 +224,31 @@ fn a_record_evicted_whole_keeps_a_newer_one_of_its_key_after_a_crash() {
     if store.get(&key(0), &mut out).unwrap().is_some() {
         assert_eq!(out, payload(8, 0, LEN), "the older version came back");
     }
+}
+
+#[test]
+fn a_punched_records_sequence_is_never_given_out_again() {
+    let io = FaultIo::new();
+    let (seq, path, at) = {
+        let store = open_with(&io, lru_config());
+        put_range(&store, 9, 0, 3, LEN);
+        let r = store.index().get(&key(2)).unwrap();
+        let path = std::path::Path::new("data/segments").join(format!("{:08x}.seg", r.segment));
+        store.close().unwrap();
+        (r.sequence, path, r.offset)
+    };
+    // The newest record punched out, as an eviction would.
+    let file = io.open(&path, OpenMode::ReadWrite).unwrap();
+    file.punch_hole(at, LEN as u64 + 4096).unwrap();
+    drop(file);
+    let store = open_with(&io, lru_config());
+    assert_eq!(store.recovery_report().punched, 1);
+    assert_eq!(check(&store, 9, 2, LEN), None);
+    let p = payload(9, 3, LEN);
+    let receipt = store.put(&[(meta(3), p.as_slice())]).unwrap();
+    assert!(
+        receipt.first_sequence > seq,
+        "{} after {seq}",
+        receipt.first_sequence
+    );
 }
