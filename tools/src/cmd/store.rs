@@ -86,14 +86,17 @@ fn report_json(r: &FsckReport) -> serde_json::Value {
         "segments": r.segments.len(),
         "records": r.records,
         "retired_records": r.retired_records,
+        "punched_records": r.segments.iter().map(|s| s.punched).sum::<u64>(),
         "orphans": r.orphans,
         "bytes_read": r.bytes_read,
     })
 }
 
 fn summary(r: &FsckReport) -> String {
+    let punched: u64 = r.segments.iter().map(|s| s.punched).sum();
     let mut t = format!(
-        "{}: {} segments, {} records ({} of retired namespaces), {} manifest records\n",
+        "{}: {} segments, {} records ({} of retired namespaces), {punched} punched out, {} \
+         manifest records\n",
         r.data_dir.display(),
         r.segments.len(),
         r.records,
