@@ -1,8 +1,10 @@
 //! `orbitkv crashtest` for 20 cycles: the real daemon killed with SIGKILL under load from dense
 //! and hybrid engines, restarted on the same data directory, every acknowledged page checked on
-//! disk and through the daemon, and on disk again after every later kill until reclaimed. Nothing acknowledged is lost, no byte is wrong, no retired page
-//! comes back; kills landed mid-publish; reclaim and compaction ran. And the harness does notice
-//! a loss.
+//! disk and through the daemon, and on disk again after every later kill until evicted (its
+//! segment reclaimed, or, under the default record-lru, its frame punched out). Nothing
+//! acknowledged is lost, no byte is wrong, no retired page comes back; kills landed
+//! mid-publish; eviction and compaction ran. The same, shorter, under a log policy. And the
+//! harness does notice a loss.
 
 mod common;
 
@@ -52,6 +54,35 @@ fn twenty_sigkills_lose_no_acknowledged_page_and_serve_no_wrong_byte() {
     assert_eq!(doc["clean_stop"], true, "{doc:#}");
     // A passing run removes its data directory.
     assert!(!data.exists());
+}
+
+/// The same under a log policy (whole segments reclaimed, records read copied forward): the
+/// default, record-lru, punches records out instead.
+#[test]
+fn ten_sigkills_under_a_log_policy_lose_nothing_acknowledged() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let data = dir.path().join("data");
+    let out = bin()
+        .env_remove("ORBITKV_LOG")
+        .args(["crashtest", "--json", "--cycles", "10", "--seed", "5"])
+        .args(["--policy", "fifo-reinsert", "--ssd-bytes", "128MiB"])
+        .args(["--compact-interval", "100ms", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let doc = report(&out);
+    assert!(out.status.success(), "{doc:#}");
+    for k in [
+        "lost",
+        "wrong",
+        "resurrected",
+        "load_wrong_bytes",
+        "own_cycle_reclaims",
+    ] {
+        assert_eq!(doc[k].as_u64(), Some(0), "{k}: {doc:#}");
+    }
+    assert!(doc["evicted"].as_u64() > Some(0), "{doc:#}");
+    assert!(doc["reclaimed_segments"].as_u64() > Some(0), "{doc:#}");
 }
 
 /// The harness itself: segment files deleted behind the store's back after each kill (its

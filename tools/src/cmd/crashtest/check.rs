@@ -78,6 +78,8 @@ pub struct Expect {
     pub served: bool,
     /// The segment it was last seen in.
     pub segment: Option<u64>,
+    /// Its frame's offset there.
+    pub offset: Option<u64>,
 }
 
 /// The Retire of a cycle, seen from the harness.
@@ -237,6 +239,7 @@ pub fn expectations(
                 on_disk: false,
                 served: false,
                 segment: None,
+                offset: None,
             });
             // Present once acknowledged after the Retire, whatever came before.
             if want == Want::Present {
@@ -309,7 +312,7 @@ impl Offline {
         k: &PageKey,
         e: &Expect,
         buf: &mut Vec<u8>,
-    ) -> Result<Option<u64>, Found> {
+    ) -> Result<Option<(u64, u64)>, Found> {
         let Some(spec) = specs.get(e.spec) else {
             return Err(Found::Unreadable("no such instance".to_owned()));
         };
@@ -344,7 +347,17 @@ impl Offline {
                 rec.range.end()
             )));
         }
-        Ok(Some(u64::from(rec.segment)))
+        Ok(Some((u64::from(rec.segment), rec.offset)))
+    }
+
+    /// Whether the frame at `offset` of `segment` was punched out (evicted by `record-lru`): a
+    /// hole over its first byte.
+    fn punched(&self, segment: u64, offset: u64) -> bool {
+        let path = orbitkv_store::Layout::new(self.store.data_dir()).segment(segment);
+        orbitkv_store::io::offline_backend()
+            .open(&path, orbitkv_store::io::OpenMode::Read)
+            .and_then(|f| f.holes())
+            .is_ok_and(|holes| holes.iter().any(|&(a, b)| a <= offset && offset < b))
     }
 
     /// Looks every page of `p` up by its key and compares its bytes.
@@ -355,8 +368,9 @@ impl Offline {
             e.on_disk = true;
             let what = describe(specs, k, e);
             let problem = match (e.want, found) {
-                (Want::Present, Ok(Some(segment))) => {
+                (Want::Present, Ok(Some((segment, offset)))) => {
                     e.segment = Some(segment);
+                    e.offset = Some(offset);
                     None
                 }
                 (Want::Present, Err(Found::Wrong(why))) => {
@@ -388,15 +402,17 @@ impl Offline {
     /// Looks every page of earlier cycles up again (`tracked`, each with the segment it was last
     /// seen in), after cycle `cycle` (`landed`: how it ended). A page still there is compared
     /// again and stays tracked. A missing one is evicted when the manifest says its segment was
-    /// reclaimed since (`h`), or a segment its records were compacted into was; unjudged when a
-    /// checkpoint took that history and its segment is gone; lost otherwise.
+    /// reclaimed since (`h`), or a segment its records were compacted into was, or (`punches`:
+    /// under record-lru) its frame is a hole; unjudged when a checkpoint took that history and
+    /// its segment is gone, or when it was punched out of a segment it was compacted into (its
+    /// offset there unknown); lost otherwise.
     pub fn recheck(
         &self,
         specs: &[Spec],
         tracked: &mut BTreeMap<PageKey, Expect>,
         h: &History,
-        cycle: u64,
-        landed: &str,
+        (cycle, landed): (u64, &str),
+        punches: bool,
     ) -> Tally {
         let mut t = Tally::default();
         let mut buf = Vec::new();
@@ -406,8 +422,9 @@ impl Offline {
             t.rechecked += 1;
             let what = describe(specs, k, e);
             match self.look(specs, k, e, &mut buf) {
-                Ok(Some(segment)) => {
+                Ok(Some((segment, offset))) => {
                     e.segment = Some(segment);
+                    e.offset = Some(offset);
                     true
                 }
                 Err(Found::Wrong(why)) => {
@@ -417,9 +434,12 @@ impl Offline {
                 }
                 found => {
                     let seg = e.segment.unwrap_or(0);
-                    if h.evicted(seg) {
+                    let punched = punches && e.offset.is_some_and(|o| self.punched(seg, o));
+                    if h.evicted(seg) || punched {
                         t.evicted += 1;
-                    } else if !h.complete && !alive.contains(&seg) {
+                    } else if (punches && h.compacted.contains_key(&seg))
+                        || (!h.complete && !alive.contains(&seg))
+                    {
                         t.unjudged += 1;
                     } else {
                         t.lost += 1;

@@ -40,6 +40,8 @@ pub struct DaemonOptions {
     pub compact_interval: Duration,
     /// Below which live fraction it compacts.
     pub compact_threshold: f64,
+    /// Its SSD policy.
+    pub policy: orbitkv_store::Policy,
 }
 
 /// What the harness is doing, seen by whoever kills the daemon.
@@ -230,7 +232,7 @@ impl Daemon {
             .arg("--socket")
             .arg(&socket)
             .args(["--metrics", "127.0.0.1:0", "--log-level", "debug"])
-            .args(["--dram-bytes", "0", "--policy", "fifo"])
+            .args(["--dram-bytes", "0", "--policy", o.policy.name()])
             .arg("--ssd-bytes")
             .arg(o.ssd_bytes.to_string())
             .arg("--segment-bytes")

@@ -29,6 +29,7 @@ use orbitkv_protocol::Message;
 use orbitkv_protocol::client::Client;
 use orbitkv_sim::payload::splitmix64;
 use orbitkv_sim::{Report, SimEngine};
+use orbitkv_store::Policy;
 use serde_json::json;
 
 use self::check::{Expect, History, Offline, PageKey, Pending, RetireInfo, Tally, Want};
@@ -65,6 +66,9 @@ pub struct CrashtestArgs {
     /// The daemon's segment size [default: a 64th of the SSD budget].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     segment_bytes: Option<u64>,
+    /// The daemon's SSD policy.
+    #[arg(long, value_name = "POLICY", default_value = "record-lru", value_parser = crate::config::parse_policy)]
+    policy: Policy,
     /// Most page bytes acknowledged in one cycle before the kill, at most a quarter of the SSD
     /// budget [default: an eighth of it].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
@@ -486,7 +490,8 @@ impl Harness<'_> {
         let h = History::read(&self.a.data_dir, self.manifest_seq).map_err(internal)?;
         self.manifest_seq = h.last;
         let off = Offline::open(&self.a.data_dir).map_err(internal)?;
-        let t = off.recheck(&self.specs, &mut self.tracked, &h, cycle, landed);
+        let punches = self.a.policy == Policy::RecordLru;
+        let t = off.recheck(&self.specs, &mut self.tracked, &h, (cycle, landed), punches);
         self.totals.pages.add(&t);
         Ok(off)
     }
@@ -619,6 +624,7 @@ pub fn run(a: &CrashtestArgs, out: &Output) -> Result<(), Failure> {
             segment_bytes: a.segment_bytes.unwrap_or(a.ssd_bytes / 64).max(8 << 10),
             compact_interval: a.compact_interval,
             compact_threshold: a.compact_threshold,
+            policy: a.policy,
         },
         specs,
         namespaces: vec![None; n],
