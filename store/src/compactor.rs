@@ -312,6 +312,7 @@ impl StateStore {
                 .entries
                 .iter()
                 .any(|e| matches!(e.body, FrameBody::Tombstone { .. }))
+                || self.stands_for_evictions(id, &footer.entries)
             {
                 continue;
             }
@@ -378,6 +379,8 @@ impl StateStore {
         // power loss could take both a synced record and its unsynced successor.
         self.sync_log(w, Log::Probation)?;
         self.sync_log(w, Log::Main)?;
+        // The inputs' holes go with them: the punches before must be durable.
+        self.sync_punches(w)?;
         w.append_manifest(ManifestRecord::CompactionCommitted {
             inputs: report.inputs.clone(),
             outputs: report.outputs.clone(),
@@ -544,6 +547,7 @@ impl StateStore {
             return Ok(report);
         }
         report.inputs = inputs.clone();
+        self.sync_punches(&mut w)?;
         w.append_manifest(ManifestRecord::CompactionCommitted {
             inputs: inputs.clone(),
             outputs: report.outputs.clone(),

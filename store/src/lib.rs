@@ -370,13 +370,15 @@ impl StateStore {
         &self.layout.root
     }
 
-    /// Seals the active segment and closes, so the next open reads footers only. Dropping the
-    /// store without `close` leaves the active segment to be scanned (and sealed) on next open.
+    /// Seals the active segment and makes the punches durable, and closes, so the next open
+    /// reads footers only. Dropping the store without `close` leaves the active segment to be
+    /// scanned (and sealed) on next open, and punches not yet synced may be lost with a crash.
     pub fn close(self) -> Result<()> {
         let mut w = self.writer();
         let a = self.seal_active(&mut w, Log::Probation);
         let b = self.seal_active(&mut w, Log::Main);
-        a.and(b)
+        let c = self.sync_punches(&mut w);
+        a.and(b).and(c)
     }
 }
 

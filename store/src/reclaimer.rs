@@ -25,7 +25,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use orbitkv_segments::footer::{FOOTER_FIXED_LEN, INDEX_ENTRY_LEN, NAMESPACE_SUMMARY_LEN};
 use orbitkv_segments::segment_header::DIRECT_ALIGN;
-use orbitkv_segments::{FrameBody, TRAILER_LEN};
+use orbitkv_segments::{FrameBody, IndexEntry, TRAILER_LEN};
 use orbitkv_state::StateKey;
 use orbitkv_wal::{ManifestRecord, SegmentState};
 
@@ -369,6 +369,11 @@ impl StateStore {
                 stay.push(v);
                 continue;
             }
+            // A pinned segment's records stay indexed until the pin goes.
+            if self.pins.holds_segment(seg) {
+                stay.push(v);
+                continue;
+            }
             let evicted = live && self.index.remove(&e.key, Some(e.sequence)).is_some();
             if evicted {
                 self.dram.remove(&e.key, e.sequence);
@@ -466,25 +471,37 @@ impl StateStore {
     }
 
     /// Makes the punches since the last call durable (an fsync of each file punched), before a
-    /// segment's deletion is committed: a hole must not be lost while the manifest keeps a later
-    /// deletion, or a punched record's older version could come back with the tombstone the
-    /// deleted segment's hole stood for. A failure is logged: the segment stays (the caller
-    /// gives up the deletion).
+    /// segment's deletion is committed. A deleted segment takes its holes, the tombstones of its
+    /// punched records, with it: an older record of one of their keys whose own punch was lost
+    /// could come back. A file whose fsync fails stays to be synced again, and its holes are
+    /// not relied on (the caller gives up the deletion).
     pub(crate) fn sync_punches(&self, w: &mut Writer) -> Result<()> {
-        for seg in std::mem::take(&mut w.unsynced_punches) {
-            let Some(file) = self.segment_file(seg) else {
-                continue;
-            };
-            if let Err(e) = file.file.sync() {
-                w.unsynced_punches.insert(seg);
-                return Err(Error::Io {
+        let segs: Vec<u64> = w.unsynced_punches.iter().copied().collect();
+        for seg in segs {
+            if let Some(file) = self.segment_file(seg) {
+                file.file.sync().map_err(|source| Error::Io {
                     path: file.path.clone(),
                     op: "sync",
-                    source: e,
-                });
+                    source,
+                })?;
             }
+            w.unsynced_punches.remove(&seg);
         }
         Ok(())
+    }
+
+    /// Under [`Policy::RecordLru`], whether sealed segment `id` (its footer `entries`) must stay:
+    /// one of its records is out of the index while an older record of its key lies whole in
+    /// another segment. Its hole (or its bytes) stands for that eviction on open.
+    pub(crate) fn stands_for_evictions(&self, id: u64, entries: &[IndexEntry]) -> bool {
+        self.config.policy == Policy::RecordLru
+            && entries.iter().any(|e| match &e.body {
+                FrameBody::Record(meta) => {
+                    !self.is_live(&meta.key, id, e.offset, e.record_sequence)
+                        && self.superseded.elsewhere(&meta.key, id)
+                }
+                _ => false,
+            })
     }
 
     /// The segment to reclaim: sealed, not pinned, oldest first — from the probation log while
@@ -549,19 +566,11 @@ impl StateStore {
                 Vec::new()
             }
         };
-        // Under record-lru the segment's punched records stand, by their holes, for their keys'
-        // evictions: it stays while an older record of one of them is whole elsewhere.
-        if self.config.policy == Policy::RecordLru
-            && entries.iter().any(|e| match &e.body {
-                FrameBody::Record(meta) => {
-                    !self.is_live(&meta.key, id, e.offset, e.record_sequence)
-                        && self.superseded.elsewhere(&meta.key, id)
-                }
-                _ => false,
-            })
-        {
+        if self.stands_for_evictions(id, &entries) {
             return Ok(());
         }
+        // Before anything moves: the punches its deletion will rely on.
+        self.sync_punches(w)?;
         let mut kept: Vec<Copied> = Vec::new();
         let mut dropped: Vec<(StateKey, u64)> = Vec::new();
         for e in &entries {
@@ -624,7 +633,6 @@ impl StateStore {
                 }
             }
         }
-        self.sync_punches(w)?;
         w.append_manifest(ManifestRecord::SegmentDeleted { segment_id: id })?;
         self.segments
             .write()

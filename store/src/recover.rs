@@ -398,11 +398,12 @@ pub(crate) fn recover(
     let mut tombs: HashMap<StateKey, u64> = HashMap::new();
     // A punched record's sequence is on disk still, in its footer: never given out again.
     let mut max_seq = None;
-    for (key, seq) in punched_records {
+    for &(key, seq) in &punched_records {
         let t = tombs.entry(key).or_default();
         *t = (*t).max(seq);
         max_seq = max_seq.max(Some(seq));
     }
+    let punched_tombs: HashMap<StateKey, u64> = tombs.clone();
     for (_, entries) in &all {
         for e in entries {
             max_seq = max_seq.max(Some(e.record_sequence));
@@ -442,6 +443,14 @@ pub(crate) fn recover(
                 .get(&meta.key)
                 .is_some_and(|&t| t >= e.record_sequence)
             {
+                if punched_tombs
+                    .get(&meta.key)
+                    .is_some_and(|&t| t >= e.record_sequence)
+                {
+                    // Whole, and kept out only by a hole: while it lies here, no newer
+                    // record of its key may go, nor the segment holding that hole.
+                    superseded.push((meta.key, *id));
+                }
                 continue;
             }
             let Ok(inserted) = index.insert(&meta.key, rec) else {

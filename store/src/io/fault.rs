@@ -94,6 +94,8 @@ struct Content {
     lost: Vec<(usize, usize)>,
     /// Punched ranges (whole 4 KiB pages), in no order; a write into one fills it.
     holes: Vec<(usize, usize)>,
+    /// The holes as of the last good sync: what a crash keeps.
+    durable_holes: Vec<(usize, usize)>,
 }
 
 /// Removes `a..b` from `ranges`.
@@ -245,6 +247,7 @@ impl FaultIo {
             c.durable.clone_from(&kept);
             c.volatile = kept;
             c.lost.clear();
+            c.holes.clone_from(&c.durable_holes);
         }
         s.names = s.durable_names.clone();
         s.locks.clear();
@@ -271,6 +274,7 @@ impl FaultIo {
         c.volatile = bytes.to_vec();
         c.durable = bytes.to_vec();
         c.holes.clear();
+        c.durable_holes.clear();
         true
     }
 }
@@ -420,11 +424,12 @@ impl IoFile for FaultFile {
             return Err(eio("fsync"));
         }
         c.durable = c.without_lost(c.volatile.clone());
+        c.durable_holes.clone_from(&c.holes);
         Ok(())
     }
 
-    /// Frees the whole 4 KiB pages of the range at once and for good, in the volatile and the
-    /// durable bytes alike (a hole survives a crash).
+    /// Frees the whole 4 KiB pages of the range: they read as zeros at once, and the hole is
+    /// durable once the file is synced (until then a crash gives the bytes back).
     fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
         let mut s = self.mutable_state()?;
         if let Some(kind) = s.plan.refuse_punches {
@@ -441,10 +446,6 @@ impl IoFile for FaultFile {
             return Ok(());
         }
         c.volatile[a..b].fill(0);
-        let durable_end = b.min(c.durable.len());
-        if a < durable_end {
-            c.durable[a..durable_end].fill(0);
-        }
         c.filled(a, b);
         c.holes.push((a, b));
         Ok(())
