@@ -338,13 +338,13 @@ impl StateStore {
         Ok(())
     }
 
-    /// [`Policy::RecordLru`]: evicts records, least recently used first, until `need` more bytes fit
-    /// `budget` or no record can go. Each is dropped from the index and punched out of its
+    /// [`Policy::RecordLru`]: evicts records, least recently used first, until `need` more bytes
+    /// fit `budget` or no record can go. Each is dropped from the index and punched out of its
     /// sealed segment; a segment left holding none is reclaimed whole. A record stays (put back
-    /// as it was) while its segment is active, or while an older record of its key lies in
-    /// another segment (a restart would serve that one: see superseded.rs). One in a pinned
-    /// segment leaves the index but keeps its bytes until a later round. What is still short is
-    /// left to whole-segment reclaim.
+    /// as it was) while its segment is active or pinned, or while an older record of its key
+    /// lies in another segment (a restart would serve that one: see superseded.rs). One pinned
+    /// in the moment of its eviction leaves the index but keeps its bytes. What is still short
+    /// is left to whole-segment reclaim.
     fn evict_records(&self, w: &mut Writer, need: u64, budget: u64) -> Result<()> {
         let mut stay = Vec::new();
         let mut result = Ok(());
