@@ -286,6 +286,8 @@ impl StateStore {
         let mut report = CompactReport::default();
         let mut moved: Vec<Copied> = Vec::new();
         let mut inputs = Vec::new();
+        // Where the inputs' records lie (for the record-lru order).
+        let mut input_records: Vec<(u64, u64)> = Vec::new();
         let pinned = self.pins.pinned_segments();
         for &id in ids {
             if pinned.contains(&id) {
@@ -317,6 +319,7 @@ impl StateStore {
                 continue;
             }
             inputs.push((id, file.clone()));
+            input_records.extend(footer.entries.iter().map(|e| (id, e.offset)));
             report.input_bytes += self.size_or_known(w, &file);
             for e in &footer.entries {
                 let FrameBody::Record(meta) = &e.body else {
@@ -410,10 +413,13 @@ impl StateStore {
                 map.remove(id);
             }
         }
+        // The copies took their records' places in the order; the rest leave it.
+        for at in input_records {
+            self.recency.forget(at);
+        }
         for (id, file) in &inputs {
             w.probation.remove(id);
             w.punched.remove(id);
-            self.recency.forget_segment(*id);
             self.superseded.segment_gone(*id);
             self.remove_segment_file(&file.path);
         }

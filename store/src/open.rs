@@ -87,6 +87,8 @@ impl StateStore {
         let manifest = opened.manifest;
         let stats = Stats::default();
         let index = Index::with_capacity(config.index_capacity);
+        let recency =
+            Recency::new(config.policy == Policy::RecordLru && config.ssd_bytes.is_some());
         let report = RecoveryReport {
             manifest_truncated: opened.truncated,
             bytes_read: opened.bytes_read,
@@ -98,7 +100,7 @@ impl StateStore {
             &manifest.state,
             &header.directory_id,
             config.read_only,
-            &index,
+            (&index, &recency),
             report,
         )?;
         let report = rec.report;
@@ -204,13 +206,7 @@ impl StateStore {
         let dram = DramTier::new(config.dram_bytes);
         let read_marks = ReadMarks::new(config.ssd_bytes.is_some());
         // Recovered records are ordered by sequence, older first, below every use to come.
-        let recency = Recency::new(
-            config.policy == Policy::RecordLru && config.ssd_bytes.is_some(),
-            next_sequence,
-        );
-        for (key, r) in &rec.records {
-            recency.insert(*key, r, Some(r.sequence));
-        }
+        recency.start_at(next_sequence);
         let superseded = Superseded::default();
         for (key, segment) in &rec_superseded {
             superseded.note(key, *segment);

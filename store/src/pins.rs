@@ -92,10 +92,8 @@ impl StateStore {
         );
         *table.per_segment.entry(id).or_default() += 1;
         Stats::add(&self.stats.pins, 1);
-        // A pin is taken to read the record: a use, for the reclaim policies.
-        self.read_marks.mark(id, record.offset);
-        self.recency
-            .touch((id, record.offset), record.range.start());
+        // A pin is taken to read the record: a use.
+        self.used(&record);
         Some(Pin(pin))
     }
 

@@ -34,6 +34,14 @@ impl StateStore {
             .contains(&id)
     }
 
+    /// Notes a use of the SSD record `rec` (a read, or a pin taken to read it) for the reclaim
+    /// policies: its read mark, and its place in the record order.
+    pub(crate) fn used(&self, rec: &Record) {
+        let id = u64::from(rec.segment);
+        self.read_marks.mark(id, rec.offset);
+        self.recency.touch((id, rec.offset), rec.range.start());
+    }
+
     /// Reads the record of `key` into `out` (replacing its contents), verified: from the DRAM
     /// tier when it holds a copy of exactly the indexed record, else from its segment, where the
     /// frame must carry exactly this key and the indexed sequence and its payload CRC must verify
@@ -49,8 +57,7 @@ impl StateStore {
         };
         let id = u64::from(rec.segment);
         if self.dram.get(key, rec.sequence, out) {
-            self.read_marks.mark(id, rec.offset);
-            self.recency.touch((id, rec.offset), rec.range.start());
+            self.used(&rec);
             Stats::add(&self.stats.dram_hits, 1);
             Stats::add(&self.stats.hits, 1);
             return Ok(Some(rec));
@@ -64,8 +71,7 @@ impl StateStore {
         if !self.read_verified(&seg, key, &rec, Sink::Buffer(out), true) {
             return miss(self);
         }
-        self.read_marks.mark(id, rec.offset);
-        self.recency.touch((id, rec.offset), rec.range.start());
+        self.used(&rec);
         self.dram.insert(key, rec.sequence, out);
         Stats::add(&self.stats.hits, 1);
         Ok(Some(rec))

@@ -91,14 +91,19 @@ fn rank(depth: u64) -> u64 {
 }
 
 impl Recency {
-    /// An order starting at tick `clock` (above every recovered record's sequence), kept only
-    /// when `enabled`.
-    pub(crate) fn new(enabled: bool, clock: u64) -> Self {
+    /// An empty order, kept only when `enabled`.
+    pub(crate) fn new(enabled: bool) -> Self {
         Self {
             inner: Mutex::default(),
-            clock: AtomicU64::new(clock),
+            clock: AtomicU64::new(0),
             enabled,
         }
+    }
+
+    /// Sets the clock to `tick`: above every recovered record's sequence, which recovery gives
+    /// them as their ticks.
+    pub(crate) fn start_at(&self, tick: u64) {
+        self.clock.store(tick, Ordering::Relaxed);
     }
 
     fn inner(&self) -> MutexGuard<'_, Inner> {
@@ -247,7 +252,7 @@ mod tests {
 
     #[test]
     fn the_least_recently_used_leaves_first_and_a_chain_from_its_end() {
-        let r = Recency::new(true, 10);
+        let r = Recency::new(true);
         // One request's chain of three, written at one tick.
         for (i, depth) in [(1u64, 0u64), (2, 16), (3, 32)] {
             r.insert(key(i), &rec(1, i * 4096, 1, depth), None);
@@ -267,7 +272,7 @@ mod tests {
 
     #[test]
     fn relocation_keeps_the_use_and_counts_follow_segments() {
-        let r = Recency::new(true, 0);
+        let r = Recency::new(true);
         r.insert(key(1), &rec(1, 0, 5, 0), Some(3));
         r.insert(key(2), &rec(1, 4096, 6, 0), Some(4));
         assert_eq!(r.held_in(1), 2);
@@ -288,7 +293,7 @@ mod tests {
 
     #[test]
     fn a_disabled_order_holds_nothing() {
-        let r = Recency::new(false, 0);
+        let r = Recency::new(false);
         r.insert(key(1), &rec(1, 0, 1, 0), None);
         r.touch((1, 0), 0);
         assert!(r.pop_oldest().is_none());

@@ -20,6 +20,7 @@ use crate::active::{SegmentFile, read_sealed};
 use crate::dir::Layout;
 use crate::error::{Result, io_err};
 use crate::io::{Io, IoFile, OpenMode};
+use crate::recency::Recency;
 
 /// Bytes read at a time when a file is read whole (the manifest, an active segment on open,
 /// every segment in fsck and repair).
@@ -132,9 +133,6 @@ pub(crate) struct Recovered {
     pub(crate) max_record_sequence: Option<u64>,
     /// Superseded records found: (key, the segment holding the older record).
     pub(crate) superseded: Vec<(StateKey, u64)>,
-    /// Every record found (indexed or not: each takes space until it is punched out or its
-    /// segment goes).
-    pub(crate) records: Vec<(StateKey, Record)>,
     /// Bytes punched out of each sealed segment.
     pub(crate) punched: HashMap<u64, u64>,
     pub(crate) report: RecoveryReport,
@@ -299,14 +297,15 @@ fn open_active(
     Ok(Some((header, valid_len, entries)))
 }
 
-/// Opens every segment the manifest lists and rebuilds `index`.
+/// Opens every segment the manifest lists and rebuilds `index`, and `recency` (each record at
+/// its sequence).
 pub(crate) fn recover(
     io: &dyn Io,
     layout: &Layout,
     state: &ManifestState,
     directory: &[u8; 16],
     read_only: bool,
-    index: &Index,
+    (index, recency): (&Index, &Recency),
     report: RecoveryReport,
 ) -> Result<Recovered> {
     let mut report = report;
@@ -414,7 +413,6 @@ pub(crate) fn recover(
         }
     }
     let mut superseded = Vec::new();
-    let mut records = Vec::new();
     for (id, entries) in &all {
         for e in entries {
             report.entries += 1;
@@ -434,7 +432,9 @@ pub(crate) fn recover(
                 sequence: e.record_sequence,
                 format: meta.format,
             };
-            records.push((meta.key, rec));
+            // Every record found takes space until it is punched out or its segment goes, indexed
+            // or not; the older ones leave first.
+            recency.insert(meta.key, &rec, Some(e.record_sequence));
             if state.is_retired(&meta.key.namespace, e.record_sequence) {
                 report.retired_skipped += 1;
                 continue;
@@ -484,7 +484,6 @@ pub(crate) fn recover(
         actives,
         max_record_sequence: max_seq,
         superseded,
-        records,
         punched,
         report,
     })
