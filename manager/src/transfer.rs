@@ -576,7 +576,8 @@ pub fn copy_out(
 /// What storing a Publish's copies did.
 #[derive(Debug)]
 pub struct Stored {
-    /// Each page's final status, in request order (`Ok`: stored).
+    /// Each page's final status, in request order (`Ok`: stored; `Held`: waiting in DRAM for
+    /// SSD admission).
     pub statuses: Vec<PageStatus>,
     /// Whether every stored record is durable already (the store syncs each put).
     pub durable: bool,
@@ -594,6 +595,16 @@ impl Stored {
             durable: true,
             retry_after: std::time::Duration::ZERO,
             buffers: Vec::new(),
+        }
+    }
+
+    /// Page `at`'s record was stored: written (durable once the store says so), or `held` in
+    /// DRAM for SSD admission.
+    fn stored(&mut self, at: usize, held: bool, durable: bool) {
+        if held {
+            self.statuses[at] = PageStatus::Held;
+        } else {
+            self.durable &= durable;
         }
     }
 
@@ -711,9 +722,9 @@ pub fn store_bundle(store: &StateStore, bundle: Bundle, out: &mut [Stored]) {
         None => store.put_frames(&mut frames, None),
     };
     match result {
-        Ok((receipt, memory)) => {
-            for ((j, _), m) in names.iter().zip(memory) {
-                out[*j].durable &= receipt.durable;
+        Ok(put) => {
+            for (((j, at), m), held) in names.iter().zip(put.memory).zip(put.held) {
+                out[*j].stored(*at, held, put.receipt.durable);
                 out[*j].buffers.extend(m);
             }
         }
@@ -723,9 +734,10 @@ pub fn store_bundle(store: &StateStore, bundle: Bundle, out: &mut [Stored]) {
             for ((j, at), record) in names.iter().zip(frames) {
                 let mut one = vec![record];
                 match store.put_frames(&mut one, None) {
-                    Ok((receipt, memory)) => {
-                        out[*j].durable &= receipt.durable;
-                        out[*j].buffers.extend(memory.into_iter().flatten());
+                    Ok(put) => {
+                        let held = put.held.first().is_some_and(|h| *h);
+                        out[*j].stored(*at, held, put.receipt.durable);
+                        out[*j].buffers.extend(put.memory.into_iter().flatten());
                     }
                     Err(e) => out[*j].refused(*at, &e),
                 }

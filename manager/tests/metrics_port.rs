@@ -186,6 +186,8 @@ fn usage() -> Usage {
         dram_entries: 1,
         pins: 3,
         records: 9,
+        waiting_records: 0,
+        waiting_bytes: 0,
         writes_refused: false,
     }
 }

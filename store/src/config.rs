@@ -32,6 +32,43 @@ pub enum Durability {
     Group,
 }
 
+/// SSD admission: whether a record put for the first time may wait in DRAM instead of being
+/// written to the SSD tier (docs/design.md, "SSD admission").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Every record put is written.
+    Off,
+    /// Adaptive ([`crate::admission`]): under [`Policy::RecordLru`] with an SSD budget, while
+    /// the tier is full and shadows of it measure that holding back loses no hit, a record
+    /// [`StateStore::put`] stores for the first time waits in a waiting room of
+    /// `waiting_bytes` of DRAM. It is written once read there, or put again while the ghost
+    /// remembers its key. A waiting record is readable, and not durable.
+    /// [`StateStore::put_frames`] writes every record.
+    Adaptive {
+        /// The waiting room's bytes, its records counted as frames (header and payload, in
+        /// 4 KiB pages).
+        waiting_bytes: u64,
+    },
+}
+
+impl Admission {
+    /// Adaptive, with a waiting room of a tenth of `ssd_bytes` (the share the admission
+    /// matrix in docs/performance.md measures).
+    pub fn adaptive_for(ssd_bytes: u64) -> Self {
+        Self::Adaptive {
+            waiting_bytes: ssd_bytes / 10,
+        }
+    }
+
+    /// The waiting room's bytes; `None` when off.
+    pub fn waiting_bytes(self) -> Option<u64> {
+        match self {
+            Self::Off => None,
+            Self::Adaptive { waiting_bytes } => Some(waiting_bytes),
+        }
+    }
+}
+
 /// How to open a store.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -60,6 +97,8 @@ pub struct StoreConfig {
     pub dram_bytes: u64,
     /// Which segments the SSD tier reclaims when full.
     pub policy: Policy,
+    /// SSD admission (with [`Policy::RecordLru`] and an SSD budget only).
+    pub admission: Admission,
 }
 
 impl StoreConfig {
@@ -77,6 +116,7 @@ impl StoreConfig {
             ssd_bytes: None,
             dram_bytes: 0,
             policy: Policy::RecordLru,
+            admission: Admission::Off,
         }
     }
 }

@@ -34,6 +34,7 @@
 //! inject failures and power loss.
 
 mod active;
+mod admission;
 mod compactor;
 mod config;
 pub mod dir;
@@ -67,11 +68,12 @@ use orbitkv_state::{Namespace, StateKey};
 use orbitkv_wal::{ManifestRecord, NamespaceInfo, SegmentState};
 
 use crate::active::{Active, SegmentFile};
+pub use crate::admission::{SHADOW_RECORDS, SHADOW_WINDOW};
 pub use crate::compactor::{CompactReport, SegmentStat};
 pub use crate::config::{
-    DEFAULT_SEGMENT_BYTES, Durability, MAX_BUNDLE_BYTES, MAX_SEGMENT_BYTES, MIN_SSD_BYTES,
-    NO_SPACE_RETRY, RECORD_LRU_SEGMENTS_PER_BUDGET, SEGMENTS_PER_BUDGET, SEQUENCE_LIMIT,
-    StoreConfig, ssd_bytes_holding, ssd_records_held,
+    Admission, DEFAULT_SEGMENT_BYTES, Durability, MAX_BUNDLE_BYTES, MAX_SEGMENT_BYTES,
+    MIN_SSD_BYTES, NO_SPACE_RETRY, RECORD_LRU_SEGMENTS_PER_BUDGET, SEGMENTS_PER_BUDGET,
+    SEQUENCE_LIMIT, StoreConfig, ssd_bytes_holding, ssd_records_held,
 };
 pub use crate::dir::Layout;
 use crate::dram::DramTier;
@@ -91,7 +93,7 @@ pub use crate::recover::MAX_SEGMENT_FILE_BYTES;
 pub use crate::recover::RecoveryReport;
 use crate::stats::{Stats, StatsSnapshot};
 use crate::superseded::Superseded;
-pub use crate::write::{Prepared, PutReceipt};
+pub use crate::write::{FramesPut, Prepared, PutReceipt};
 
 /// How full the tiers are, from [`StateStore::usage`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,8 +113,12 @@ pub struct Usage {
     pub dram_entries: u64,
     /// Pins held.
     pub pins: usize,
-    /// Records indexed.
+    /// Records indexed (those waiting for SSD admission included).
     pub records: usize,
+    /// Records waiting in DRAM for SSD admission.
+    pub waiting_records: u64,
+    /// The bytes they take, as frames (header and payload, in 4 KiB pages).
+    pub waiting_bytes: u64,
     /// Puts are refused now: for good until a restart (read-only, a failed checkpoint, the log
     /// says why), or for [`NO_SPACE_RETRY`] after a full disk.
     pub writes_refused: bool,
@@ -192,6 +198,8 @@ pub struct StateStore {
     stats: Stats,
     report: RecoveryReport,
     dram: DramTier,
+    /// Adaptive SSD admission and its waiting room (off unless configured).
+    admission: admission::Admission,
     pins: Pins,
     read_marks: ReadMarks,
     /// The record order of [`Policy::RecordLru`] (empty under the other policies).
@@ -224,6 +232,7 @@ impl StateStore {
 
     /// How full the tiers are.
     pub fn usage(&self) -> Usage {
+        let (waiting_records, waiting_bytes) = self.admission.waiting();
         let w = self.writer();
         Usage {
             ssd_used: w.ssd_used,
@@ -234,6 +243,8 @@ impl StateStore {
             dram_entries: self.dram.len(),
             pins: self.pins.len(),
             records: self.index.len(),
+            waiting_records,
+            waiting_bytes,
             writes_refused: w.refuse.is_some()
                 || w.manifest.is_uncertain()
                 || w.no_space_at

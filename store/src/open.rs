@@ -13,6 +13,7 @@ use orbitkv_segments::Alignment;
 use orbitkv_wal::{ManifestRecord, SegmentSealed};
 
 use crate::active::Active;
+use crate::admission::Admission;
 use crate::dir::{self, Layout};
 use crate::dram::DramTier;
 use crate::error::{Error, Result, WriteRefusal, io_err};
@@ -204,6 +205,12 @@ impl StateStore {
         Stats::add(&stats.quarantined_segments, report.quarantined.len() as u64);
         let quarantined = report.quarantined.iter().map(|(id, _)| *id).collect();
         let dram = DramTier::new(config.dram_bytes);
+        let admission = match (config.policy, config.ssd_bytes, config.read_only) {
+            (Policy::RecordLru, Some(budget), false) => {
+                Admission::new(budget, config.admission.waiting_bytes())
+            }
+            _ => Admission::new(0, None),
+        };
         let read_marks = ReadMarks::new(config.ssd_bytes.is_some());
         // Recovered records are ordered by sequence, older first, below every use to come.
         recency.start_at(next_sequence);
@@ -233,6 +240,7 @@ impl StateStore {
             stats,
             report,
             dram,
+            admission,
             pins: Pins::default(),
             read_marks,
             recency,

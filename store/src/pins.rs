@@ -10,11 +10,12 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use orbitkv_index::Record;
+use orbitkv_index::{Record, Tier};
 use orbitkv_state::StateKey;
 
 use crate::active::SegmentFile;
 use crate::error::Result;
+use crate::framed::FrameBuf;
 use crate::stats::Stats;
 use crate::{Sink, StateStore};
 
@@ -32,7 +33,16 @@ impl Pin {
 struct Pinned {
     key: StateKey,
     record: Record,
-    segment: Arc<SegmentFile>,
+    source: Source,
+}
+
+/// Where a pinned record's bytes are.
+#[derive(Clone)]
+enum Source {
+    /// In its segment, held open.
+    Segment(Arc<SegmentFile>),
+    /// Waiting for SSD admission: its payload, held.
+    Waiting(Arc<FrameBuf>),
 }
 
 /// The pin table.
@@ -77,20 +87,26 @@ impl StateStore {
         let mut table = self.pins.table();
         let record = self.index.get(key)?;
         let id = u64::from(record.segment);
-        if self.is_quarantined(id) {
-            return None;
-        }
-        let segment = self.segment_file(id)?;
+        let source = if record.tier == Tier::Dram {
+            Source::Waiting(self.admission.read(key, record.sequence)?)
+        } else {
+            if self.is_quarantined(id) {
+                return None;
+            }
+            let segment = self.segment_file(id)?;
+            *table.per_segment.entry(id).or_default() += 1;
+            self.admission.used(key, u64::from(record.stored_len));
+            Source::Segment(segment)
+        };
         let pin = self.pins.next.fetch_add(1, Ordering::Relaxed);
         table.pins.insert(
             pin,
             Pinned {
                 key: *key,
                 record,
-                segment,
+                source,
             },
         );
-        *table.per_segment.entry(id).or_default() += 1;
         Stats::add(&self.stats.pins, 1);
         // A pin is taken to read the record: a use.
         self.used(&record);
@@ -103,11 +119,13 @@ impl StateStore {
         let Some(p) = table.pins.remove(&pin.0) else {
             return false;
         };
-        let id = u64::from(p.record.segment);
-        if let Some(n) = table.per_segment.get_mut(&id) {
-            *n -= 1;
-            if *n == 0 {
-                table.per_segment.remove(&id);
+        if let Source::Segment(_) = p.source {
+            let id = u64::from(p.record.segment);
+            if let Some(n) = table.per_segment.get_mut(&id) {
+                *n -= 1;
+                if *n == 0 {
+                    table.per_segment.remove(&id);
+                }
             }
         }
         true
@@ -115,7 +133,7 @@ impl StateStore {
 
     /// What `pin` holds (counted as a read), or `None` when it is not held or its namespace
     /// was retired above the record since it was pinned.
-    fn pinned(&self, pin: Pin) -> Option<(StateKey, Record, Arc<SegmentFile>)> {
+    fn pinned(&self, pin: Pin) -> Option<(StateKey, Record, Source)> {
         let table = self.pins.table();
         let p = table.pins.get(&pin.0)?;
         Stats::add(&self.stats.gets, 1);
@@ -123,14 +141,23 @@ impl StateStore {
             Stats::add(&self.stats.misses, 1);
             return None;
         }
-        Some((p.key, p.record, p.segment.clone()))
+        Some((p.key, p.record, p.source.clone()))
     }
 
     /// Reads the pinned record into `out`, verified as [`StateStore::get`] verifies. `None` when
     /// the pin is not held, its namespace was retired above it, or its bytes fail verification.
     pub fn get_pinned(&self, pin: Pin, out: &mut Vec<u8>) -> Result<Option<Record>> {
-        let Some((key, record, segment)) = self.pinned(pin) else {
+        let Some((key, record, source)) = self.pinned(pin) else {
             return Ok(None);
+        };
+        let segment = match source {
+            Source::Segment(s) => s,
+            Source::Waiting(frame) => {
+                out.clear();
+                out.extend_from_slice(frame.payload());
+                Stats::add(&self.stats.dram_hits, 1);
+                return Ok(Some(record));
+            }
         };
         if self.dram.get(&key, record.sequence, out) {
             Stats::add(&self.stats.dram_hits, 1);
@@ -151,8 +178,15 @@ impl StateStore {
         scratch: &mut Vec<u8>,
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<Option<R>> {
-        let Some((key, record, segment)) = self.pinned(pin) else {
+        let Some((key, record, source)) = self.pinned(pin) else {
             return Ok(None);
+        };
+        let segment = match source {
+            Source::Segment(s) => s,
+            Source::Waiting(frame) => {
+                Stats::add(&self.stats.dram_hits, 1);
+                return Ok(Some(f(frame.payload())));
+            }
         };
         let mut f = Some(f);
         if let Some(r) = self
@@ -182,18 +216,24 @@ impl StateStore {
         from: usize,
         dst: &mut [u8],
     ) -> Result<bool> {
-        let Some((key, record, segment)) = self.pinned(pin) else {
+        let Some((key, record, source)) = self.pinned(pin) else {
             return Ok(false);
         };
-        let lent = self.dram.with(&key, record.sequence, |b| {
-            match b.get(from..from.saturating_add(dst.len())) {
-                Some(part) if b.len() == len => {
-                    dst.copy_from_slice(part);
-                    true
-                }
-                _ => false,
+        let copy = |b: &[u8], dst: &mut [u8]| match b.get(from..from.saturating_add(dst.len())) {
+            Some(part) if b.len() == len => {
+                dst.copy_from_slice(part);
+                true
             }
-        });
+            _ => false,
+        };
+        let segment = match source {
+            Source::Segment(s) => s,
+            Source::Waiting(frame) => {
+                Stats::add(&self.stats.dram_hits, 1);
+                return Ok(copy(frame.payload(), dst));
+            }
+        };
+        let lent = self.dram.with(&key, record.sequence, |b| copy(b, dst));
         if let Some(copied) = lent {
             Stats::add(&self.stats.dram_hits, 1);
             return Ok(copied);

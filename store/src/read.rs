@@ -7,7 +7,7 @@
 //! A mismatch is a miss and a counted failure, and drops the record from the index.
 //! An I/O error quarantines the segment.
 
-use orbitkv_index::Record;
+use orbitkv_index::{Record, Tier};
 use orbitkv_segments::{FRAME_HEADER_LEN, FrameBody, FrameHeader};
 use orbitkv_state::StateKey;
 
@@ -37,6 +37,9 @@ impl StateStore {
     /// Notes a use of the SSD record `rec` (a read, or a pin taken to read it) for the reclaim
     /// policies: its read mark, and its place in the record order.
     pub(crate) fn used(&self, rec: &Record) {
+        if rec.tier != Tier::Ssd {
+            return;
+        }
         let id = u64::from(rec.segment);
         self.read_marks.mark(id, rec.offset);
         self.recency.touch((id, rec.offset), rec.range.start());
@@ -55,6 +58,18 @@ impl StateStore {
         let Some(rec) = self.index.get(key) else {
             return miss(self);
         };
+        if rec.tier == Tier::Dram {
+            // Waiting for admission: served from the waiting room, or a miss once it left.
+            let Some(frame) = self.admission.read(key, rec.sequence) else {
+                return miss(self);
+            };
+            out.clear();
+            out.extend_from_slice(frame.payload());
+            Stats::add(&self.stats.dram_hits, 1);
+            Stats::add(&self.stats.hits, 1);
+            return Ok(Some(rec));
+        }
+        self.admission.used(key, u64::from(rec.stored_len));
         let id = u64::from(rec.segment);
         if self.dram.get(key, rec.sequence, out) {
             self.used(&rec);

@@ -106,6 +106,11 @@ impl Recency {
         self.clock.store(tick, Ordering::Relaxed);
     }
 
+    /// Records in the order.
+    pub(crate) fn len(&self) -> usize {
+        self.inner().at.len()
+    }
+
     fn inner(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -207,12 +212,6 @@ impl Recency {
     /// Records held in `segment`.
     pub(crate) fn held_in(&self, segment: u64) -> usize {
         self.inner().per_segment.get(&segment).copied().unwrap_or(0)
-    }
-
-    /// Records held.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.inner().at.len()
     }
 }
 

@@ -29,6 +29,9 @@ pub struct Stats {
     pub(crate) punched_records: AtomicU64,
     pub(crate) punched_bytes: AtomicU64,
     pub(crate) failed_punches: AtomicU64,
+    pub(crate) held_records: AtomicU64,
+    pub(crate) admitted_records: AtomicU64,
+    pub(crate) dropped_waiting: AtomicU64,
     pub(crate) pins: AtomicU64,
     pub(crate) failed_deletes: AtomicU64,
     pub(crate) failed_dir_syncs: AtomicU64,
@@ -86,6 +89,12 @@ pub struct StatsSnapshot {
     pub punched_bytes: u64,
     /// Punches that failed (the bytes stay counted until the segment goes).
     pub failed_punches: u64,
+    /// Records put that waited in DRAM instead of being written (SSD admission).
+    pub held_records: u64,
+    /// Waiting records written once read.
+    pub admitted_records: u64,
+    /// Waiting records the waiting room let go unwritten.
+    pub dropped_waiting: u64,
     /// Pins taken.
     pub pins: u64,
     /// Segment files the store meant to delete (compaction, reclaim, salvage) but could not.
@@ -132,6 +141,9 @@ impl Stats {
             punched_records: g(&self.punched_records),
             punched_bytes: g(&self.punched_bytes),
             failed_punches: g(&self.failed_punches),
+            held_records: g(&self.held_records),
+            admitted_records: g(&self.admitted_records),
+            dropped_waiting: g(&self.dropped_waiting),
             pins: g(&self.pins),
             failed_deletes: g(&self.failed_deletes),
             failed_dir_syncs: g(&self.failed_dir_syncs),

@@ -8,6 +8,7 @@
 //! No space does the same and refuses puts for [`NO_SPACE_RETRY`]; durable records stay served.
 //! This file is over 500 lines: the put path and its failure policy are reviewed together.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -52,6 +53,18 @@ fn keyed(records: &mut Vec<(RecordMeta, FrameBuf)>) -> Vec<(StateKey, Arc<FrameB
         .collect()
 }
 
+/// What [`StateStore::put_frames`] did, record by record.
+#[derive(Debug)]
+pub struct FramesPut {
+    /// The bundle's receipt.
+    pub receipt: PutReceipt,
+    /// Per record, in order: memory for the caller's next copies, where there is some.
+    pub memory: Vec<Option<FrameBuf>>,
+    /// Per record, in order: whether it waits in DRAM for SSD admission (readable, not
+    /// durable) rather than being written.
+    pub held: Vec<bool>,
+}
+
 /// What a put did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PutReceipt {
@@ -59,8 +72,45 @@ pub struct PutReceipt {
     pub first_sequence: u64,
     /// Records written.
     pub records: usize,
-    /// Whether they are durable now.
+    /// Whether every record of the bundle is durable now.
     pub durable: bool,
+    /// Records that wait in DRAM instead of being written ([`crate::Admission`]): readable,
+    /// not durable. Their sequences follow the written records'.
+    pub held: usize,
+}
+
+/// The index entry of a record waiting in DRAM for SSD admission.
+fn waiting_record(meta: &RecordMeta, payload: &[u8], sequence: u64) -> Record {
+    Record {
+        tier: Tier::Dram,
+        segment: 0,
+        offset: 0,
+        stored_len: u32::try_from(payload.len()).unwrap_or(u32::MAX),
+        range: meta.range,
+        sequence,
+        format: meta.format,
+    }
+}
+
+/// Refuses a bundle with a payload or a total past the limits.
+fn check_sizes(records: &[(RecordMeta, &[u8])]) -> Result<()> {
+    let mut total = 0u64;
+    for (_, payload) in records {
+        if payload.len() > orbitkv_segments::MAX_PAYLOAD_LEN {
+            return Err(Error::BadBundle(format!(
+                "a payload of {} bytes exceeds {}",
+                payload.len(),
+                orbitkv_segments::MAX_PAYLOAD_LEN
+            )));
+        }
+        total += payload.len() as u64;
+    }
+    if total > MAX_BUNDLE_BYTES {
+        return Err(Error::BadBundle(format!(
+            "a bundle of {total} bytes exceeds {MAX_BUNDLE_BYTES}"
+        )));
+    }
+    Ok(())
 }
 
 impl StateStore {
@@ -353,12 +403,164 @@ impl StateStore {
                 first_sequence: w.next_sequence,
                 records: 0,
                 durable: true,
+                held: 0,
             });
         }
+        if self.admission.enabled() {
+            return self.put_admitting(records);
+        }
+        self.put_written(records)
+    }
+
+    /// Writes every record of a bundle (see [`StateStore::put`]).
+    fn put_written(&self, records: &[(RecordMeta, &[u8])]) -> Result<PutReceipt> {
         let mut enc = self.encode(records)?;
         let receipt = self.put_encoded(records, &mut enc, true);
         enc.recycle();
         receipt
+    }
+
+    /// [`StateStore::put`] under adaptive admission (`crate::admission`): the records read
+    /// while waiting are written first; then the bundle's records are written, but for those
+    /// admission holds back, which wait in DRAM.
+    fn put_admitting(&self, records: &[(RecordMeta, &[u8])]) -> Result<PutReceipt> {
+        check_sizes(records)?;
+        let hold = self.decide(records);
+        let mut written = Vec::new();
+        let mut held = Vec::new();
+        for ((meta, payload), h) in records.iter().zip(&hold) {
+            if *h {
+                held.push((meta.clone(), Arc::new(FrameBuf::copy_of(None, payload))));
+            } else {
+                written.push((meta.clone(), *payload));
+            }
+        }
+        let receipt = if written.is_empty() {
+            None
+        } else {
+            Some(self.put_written(&written)?)
+        };
+        for (m, _) in &written {
+            // Put again while it waited: the written record replaced it in the index.
+            self.admission.forget(&m.key);
+        }
+        Ok(self.receipt_with(receipt, self.hold(held)?, records.len(), &hold))
+    }
+
+    /// Which of `records` wait in DRAM (see [`crate::admission`]); writes the waiting records
+    /// read since the last put first. A record may wait only where the bundle would not fit the
+    /// SSD budget unevicted, its key is stored nowhere now and comes once in the bundle, and
+    /// the index would take it.
+    fn decide(&self, records: &[(RecordMeta, &[u8])]) -> Vec<bool> {
+        let need = self.bundle_need(records.iter().map(|(_, p)| p.len()));
+        let full = {
+            let w = self.writer();
+            self.config
+                .ssd_bytes
+                .is_some_and(|b| w.ssd_used.saturating_add(need) > b)
+        };
+        let mut times: HashMap<StateKey, usize> = HashMap::new();
+        for (m, _) in records {
+            *times.entry(m.key).or_default() += 1;
+        }
+        let eligible = |i: usize| {
+            records.get(i).is_some_and(|(m, p)| {
+                times.get(&m.key) == Some(&1)
+                    && !self.index.contains(&m.key)
+                    && self.index.prepare(&m.key, &waiting_record(m, p, 0)).is_ok()
+            })
+        };
+        let decision = self
+            .admission
+            .decide(records, eligible, full, self.recency.len());
+        self.admit_asked(decision.asked);
+        decision.hold
+    }
+
+    /// The receipt of a bundle of `records` records whose written ones got `written` and whose
+    /// held ones (`hold`) took sequences from `first_held`.
+    fn receipt_with(
+        &self,
+        written: Option<PutReceipt>,
+        first_held: u64,
+        records: usize,
+        hold: &[bool],
+    ) -> PutReceipt {
+        let held = hold.iter().filter(|h| **h).count();
+        PutReceipt {
+            first_sequence: written.map_or(first_held, |r| r.first_sequence),
+            records,
+            durable: held == 0 && written.is_none_or(|r| r.durable),
+            held,
+        }
+    }
+
+    /// Writes the waiting records read since the last put, each under a new sequence, where
+    /// the index still names it waiting. A failed write drops them: a later read misses.
+    fn admit_asked(&self, asked: Vec<crate::admission::Waiting>) {
+        let asked: Vec<_> = asked
+            .into_iter()
+            .filter(|w| {
+                self.index
+                    .get(&w.meta.key)
+                    .is_some_and(|r| r.tier == Tier::Dram && r.sequence == w.sequence)
+            })
+            .collect();
+        if asked.is_empty() {
+            return;
+        }
+        let records: Vec<(RecordMeta, &[u8])> = asked
+            .iter()
+            .map(|w| (w.meta.clone(), w.payload.payload()))
+            .collect();
+        match self.put_written(&records) {
+            Ok(_) => Stats::add(&self.stats.admitted_records, records.len() as u64),
+            Err(e) => {
+                tracing::warn!("records read while waiting were not written: {e}");
+                for w in &asked {
+                    self.index.remove(&w.meta.key, Some(w.sequence));
+                }
+            }
+        }
+    }
+
+    /// Indexes `held` as waiting in DRAM, under sequences taken now; returns the first.
+    fn hold(&self, held: Vec<(RecordMeta, Arc<FrameBuf>)>) -> Result<u64> {
+        let first = {
+            let mut w = self.writer();
+            self.check_writable(&mut w)?;
+            for (meta, _) in &held {
+                if !w
+                    .manifest
+                    .state
+                    .snapshot
+                    .namespaces
+                    .contains_key(&meta.key.namespace)
+                {
+                    return Err(Error::UnknownNamespace(meta.key.namespace));
+                }
+            }
+            let first = w.next_sequence;
+            w.next_sequence += held.len() as u64;
+            first
+        };
+        for (i, (meta, frame)) in held.into_iter().enumerate() {
+            let sequence = first + i as u64;
+            // Checked by `Index::prepare` when admission chose it: not expected.
+            if let Err(e) =
+                self.index_record(&meta.key, waiting_record(&meta, frame.payload(), sequence))
+            {
+                tracing::error!("a waiting record could not be indexed: {e}");
+                continue;
+            }
+            // Indexed before the room has it: a read between the two misses.
+            for (key, sequence) in self.admission.wait(meta, sequence, frame) {
+                self.index.remove(&key, Some(sequence));
+                Stats::add(&self.stats.dropped_waiting, 1);
+            }
+            Stats::add(&self.stats.held_records, 1);
+        }
+        Ok(first)
     }
 
     /// Encodes a bundle of records for [`StateStore::put_frames`] where the store cannot take
@@ -398,22 +600,7 @@ impl StateStore {
 
     /// Encodes `records` (see [`StateStore::prepare`]).
     fn encode(&self, records: &[(RecordMeta, &[u8])]) -> Result<Encoded> {
-        let mut total = 0u64;
-        for (_, payload) in records {
-            if payload.len() > orbitkv_segments::MAX_PAYLOAD_LEN {
-                return Err(Error::BadBundle(format!(
-                    "a payload of {} bytes exceeds {}",
-                    payload.len(),
-                    orbitkv_segments::MAX_PAYLOAD_LEN
-                )));
-            }
-            total += payload.len() as u64;
-        }
-        if total > MAX_BUNDLE_BYTES {
-            return Err(Error::BadBundle(format!(
-                "a bundle of {total} bytes exceeds {MAX_BUNDLE_BYTES}"
-            )));
-        }
+        check_sizes(records)?;
         Encoded::new(records, self.config.alignment, self.config.compression)
     }
 
@@ -461,10 +648,90 @@ impl StateStore {
         &self,
         records: &mut Vec<(RecordMeta, FrameBuf)>,
         prepared: Option<Prepared>,
-    ) -> Result<(PutReceipt, Vec<Option<FrameBuf>>)> {
+    ) -> Result<FramesPut> {
         if records.is_empty() {
-            return self.put(&[]).map(|r| (r, Vec::new()));
+            return Ok(FramesPut {
+                receipt: self.put(&[])?,
+                memory: Vec::new(),
+                held: Vec::new(),
+            });
         }
+        if !self.admission.enabled() {
+            let (receipt, memory) = self.put_frames_written(records, prepared)?;
+            let held = vec![false; memory.len()];
+            return Ok(FramesPut {
+                receipt,
+                memory,
+                held,
+            });
+        }
+        let hold = {
+            let views: Vec<(RecordMeta, &[u8])> = records
+                .iter()
+                .map(|(m, f)| (m.clone(), f.payload()))
+                .collect();
+            check_sizes(&views)?;
+            self.decide(&views)
+        };
+        let all = std::mem::take(records);
+        let metas: Vec<RecordMeta> = all.iter().map(|(m, _)| m.clone()).collect();
+        let (mut written, mut held) = (Vec::new(), Vec::new());
+        for ((meta, frame), h) in all.into_iter().zip(&hold) {
+            if *h {
+                held.push((meta, frame));
+            } else {
+                written.push((meta, frame));
+            }
+        }
+        // The bundle `prepared` was made for is not the one written now.
+        let prepared = prepared.filter(|_| held.is_empty());
+        let wrote = if written.is_empty() {
+            None
+        } else {
+            match self.put_frames_written(&mut written, prepared) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    // Refused before anything was written: the records go back in order.
+                    let (mut w, mut h) = (written.into_iter(), held.into_iter());
+                    records.extend(
+                        hold.iter()
+                            .filter_map(|h_| if *h_ { h.next() } else { w.next() }),
+                    );
+                    return Err(e);
+                }
+            }
+        };
+        let (receipt, mut memory) = wrote.map_or((None, Vec::new()), |(r, m)| (Some(r), m));
+        for (meta, h) in metas.iter().zip(&hold) {
+            if !h {
+                // Put again while it waited: the written record replaced it in the index.
+                self.admission.forget(&meta.key);
+            }
+        }
+        let held_frames = held
+            .into_iter()
+            .map(|(meta, frame)| (meta, Arc::new(frame)))
+            .collect();
+        let first_held = self.hold(held_frames)?;
+        // Memory back in the records' order: none for a record held (the room keeps it).
+        let mut back = memory.drain(..);
+        let memory = hold
+            .iter()
+            .map(|h| if *h { None } else { back.next().flatten() })
+            .collect();
+        Ok(FramesPut {
+            receipt: self.receipt_with(receipt, first_held, hold.len(), &hold),
+            memory,
+            held: hold,
+        })
+    }
+
+    /// [`StateStore::put_frames`], every record written.
+    fn put_frames_written(
+        &self,
+        records: &mut Vec<(RecordMeta, FrameBuf)>,
+        prepared: Option<Prepared>,
+    ) -> Result<(PutReceipt, Vec<Option<FrameBuf>>)> {
         let mut total = 0u64;
         for (_, f) in records.iter() {
             total += f.payload().len() as u64;
@@ -742,6 +1009,7 @@ impl StateStore {
             first_sequence: first,
             records: records.len(),
             durable,
+            held: 0,
         })
     }
 

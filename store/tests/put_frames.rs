@@ -68,7 +68,8 @@ fn frames_built_in_place_read_back_everywhere_and_after_a_reopen() {
         let mut traded = 0;
         for b in 0..16u64 {
             let mut bundle = frames(&store, 1, b * 4, b * 4 + 4, 300_000);
-            let (receipt, memory) = store.put_frames(&mut bundle, None).unwrap();
+            let put = store.put_frames(&mut bundle, None).unwrap();
+            let (receipt, memory) = (put.receipt, put.memory);
             assert!(bundle.is_empty(), "the store took the frames");
             assert_eq!(receipt.records, 4);
             assert_eq!(memory.len(), 4, "one answer per record");
@@ -101,7 +102,7 @@ fn while_the_tier_fills_each_gathered_frame_comes_back_to_its_caller() {
         for b in 0..4u64 {
             let mut bundle = frames(&store, 3, b * 4, b * 4 + 4, 300_000);
             let gathered = store.gather(&bundle.iter().map(|(_, f)| f).collect::<Vec<_>>());
-            let (_, memory) = store.put_frames(&mut bundle, gathered).unwrap();
+            let memory = store.put_frames(&mut bundle, gathered).unwrap().memory;
             // The tier kept copies (or nothing): the caller's next copies need no new memory.
             assert!(
                 memory
@@ -194,7 +195,7 @@ fn a_compressing_store_encodes_frames_from_their_payloads() {
     let store = open_with(&io, c);
     assert!(!store.takes_frames());
     let mut bundle = frames(&store, 3, 0, 4, 50_000);
-    let (receipt, _) = store.put_frames(&mut bundle, None).unwrap();
+    let receipt = store.put_frames(&mut bundle, None).unwrap().receipt;
     assert_eq!(receipt.records, 4);
     store.sync().unwrap();
     all_read_back(&store, 3, 4, 50_000);

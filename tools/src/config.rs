@@ -95,6 +95,15 @@ pub fn parse_fraction(text: &str) -> Result<f64, String> {
 }
 
 /// Parses a reclaim policy name (`record-lru`, `s3-fifo`, `fifo`, `fifo-reinsert`).
+/// Parses an SSD admission setting: `adaptive` or `off` (true: adaptive).
+pub fn parse_admission(text: &str) -> Result<bool, String> {
+    match text.trim() {
+        "adaptive" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("{other:?}: expected adaptive or off")),
+    }
+}
+
 pub fn parse_policy(text: &str) -> Result<Policy, String> {
     Policy::ALL
         .iter()
@@ -151,6 +160,10 @@ pub struct Capacity {
     pub compact_interval: Option<Interval>,
     /// Sealed segments whose live fraction is below this are compacted (`0`: none).
     pub compact_threshold: Option<f64>,
+    /// SSD admission under `record-lru`: `adaptive` or `off`.
+    pub admission: Option<String>,
+    /// The admission waiting room's bytes, taken from the DRAM tier's budget.
+    pub waiting_bytes: Option<Size>,
 }
 
 /// Limits that protect the daemon from one client.
@@ -258,6 +271,9 @@ mod tests {
         assert_eq!(c.data_dir.as_deref(), Some(Path::new("./orbitkv-data")));
         assert_eq!(c.capacity.dram_fraction, Some(0.25));
         assert_eq!(c.capacity.ssd_fraction, Some(0.8));
+        assert_eq!(c.capacity.admission.as_deref(), Some("adaptive"));
+        assert_eq!(parse_admission("off"), Ok(false));
+        assert!(parse_admission("on").is_err());
         assert_eq!(c.limits.max_message_bytes, Some(Size(16 << 20)));
         assert_eq!(c.limits.frame_timeout_ms, Some(10_000));
         assert_eq!(c.limits.lease_ttl_ms, Some(30_000));

@@ -172,6 +172,10 @@ fn serve_reads_its_configuration_file_and_flags_override_it() {
     assert_eq!(serve.info["data_dir"], from_file.display().to_string());
     assert_eq!(serve.info["ssd_bytes"], 1u64 << 30);
     assert_eq!(serve.info["dram_bytes"], 32u64 << 20);
+    // Adaptive admission by default, its waiting room half the DRAM budget here (a tenth of the
+    // SSD budget would be more).
+    assert_eq!(serve.info["admission"], "adaptive");
+    assert_eq!(serve.info["waiting_bytes"], 16u64 << 20);
     // The file's pin limit (2): a consumer acquiring the publisher's blocks (more than two) is
     // refused.
     let (code, first) = serve.engine_sim(&["--requests", "1", "--seed", "1"]);

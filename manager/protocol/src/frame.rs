@@ -8,7 +8,7 @@ use super::error::{ProtocolError, Result};
 /// The first bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"OKVM";
 /// The protocol version this build speaks.
-pub const VERSION: u16 = 4;
+pub const VERSION: u16 = 5;
 /// Bytes of a frame header.
 pub const HEADER_LEN: usize = 24;
 /// Default limit on a message body; the daemon's is configurable.

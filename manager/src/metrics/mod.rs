@@ -177,7 +177,10 @@ impl Metrics {
     /// Counts a Load's (`load`) or Publish's page statuses.
     pub fn pages(&self, statuses: &[orbitkv_protocol::PageStatus], load: bool) {
         for s in statuses {
-            if *s == orbitkv_protocol::PageStatus::Ok {
+            if matches!(
+                s,
+                orbitkv_protocol::PageStatus::Ok | orbitkv_protocol::PageStatus::Held
+            ) {
                 inc(if load {
                     &self.loaded_pages
                 } else {
@@ -496,6 +499,16 @@ impl Metrics {
             store.failed_punches,
         );
         x.counter(
+            "orbitkv_store_held_records_total",
+            "Records published that waited in DRAM for SSD admission instead of being written.",
+            store.held_records,
+        );
+        x.counter(
+            "orbitkv_store_admitted_records_total",
+            "Waiting records written to SSD once read.",
+            store.admitted_records,
+        );
+        x.counter(
             "orbitkv_store_read_errors_total",
             "Reads that failed with an I/O error (each a miss; the segment is quarantined).",
             store.read_errors,
@@ -563,6 +576,11 @@ impl Metrics {
             now.usage.records as u64,
         );
         x.gauge(
+            "orbitkv_store_waiting_bytes",
+            "Payload bytes waiting in DRAM for SSD admission (not durable).",
+            now.usage.waiting_bytes,
+        );
+        x.gauge(
             "orbitkv_store_ssd_bytes",
             "Bytes of the SSD tier in use.",
             now.usage.ssd_used,
@@ -598,7 +616,7 @@ mod tests {
 
     /// Every family's `# TYPE` line, in the order of the hand-written exposition this
     /// crate's encoding replaced; a new metric adds its line here.
-    const TYPES: [&str; 46] = [
+    const TYPES: [&str; 49] = [
         "orbitkv_connections_total counter",
         "orbitkv_refused_peers_total counter",
         "orbitkv_refused_connections_total counter",
@@ -630,6 +648,8 @@ mod tests {
         "orbitkv_store_evicted_records_total counter",
         "orbitkv_store_punched_bytes_total counter",
         "orbitkv_store_failed_punches_total counter",
+        "orbitkv_store_held_records_total counter",
+        "orbitkv_store_admitted_records_total counter",
         "orbitkv_store_read_errors_total counter",
         "orbitkv_store_lost_records_total counter",
         "orbitkv_store_failed_deletes_total counter",
@@ -641,6 +661,7 @@ mod tests {
         "orbitkv_leases gauge",
         "orbitkv_store_pins gauge",
         "orbitkv_store_records gauge",
+        "orbitkv_store_waiting_bytes gauge",
         "orbitkv_store_ssd_bytes gauge",
         "orbitkv_store_ssd_budget_bytes gauge",
         "orbitkv_store_dram_bytes gauge",
@@ -660,6 +681,8 @@ mod tests {
                 dram_entries: 1,
                 pins: 3,
                 records: 4,
+                waiting_records: 0,
+                waiting_bytes: 0,
                 writes_refused: true,
             },
         };

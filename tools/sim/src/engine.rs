@@ -497,14 +497,18 @@ impl Worker {
             let mut ok = 0;
             let mut acked = Vec::new();
             for (j, (it, st)) in batch.iter().zip(&stored.pages).enumerate() {
-                if *st == PageStatus::Ok {
+                // `Held` is stored too (in the daemon's DRAM for SSD admission), not durable:
+                // only `Ok` is acknowledged.
+                if matches!(st, PageStatus::Ok | PageStatus::Held) {
                     ok += 1;
                     done.bytes += self
                         .region(it.group)
                         .map_or(0, |g| self.inst.group_page_bytes_at(&g, self.rank));
-                    if let Some(p) = named.get(j) {
-                        acked.push(p.clone());
-                    }
+                }
+                if *st == PageStatus::Ok
+                    && let Some(p) = named.get(j)
+                {
+                    acked.push(p.clone());
                 }
             }
             if let Some(o) = observer {

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::Failure;
 use crate::cmd::policy_model::{
-    Modelled, arc, clock, fifo_reinsert, lru_deepest_first, punched_lru, record_lru,
+    Admit, Modelled, arc, clock, fifo_reinsert, lru_deepest_first, punched_lru, record_lru,
 };
 use crate::cmd::replay::{Budget, Outcome, no_mismatch, replay_store, simulated};
 use crate::output::Output;
@@ -50,9 +50,9 @@ pub struct MatrixArgs {
     /// Where the stores go (one subdirectory per replay, removed after it).
     #[arg(long, value_name = "DIR", default_value = "./orbitkv-matrix")]
     data_dir: PathBuf,
-    /// Instead of the store replays: the store-free model of `fifo-reinsert` with and without
-    /// SSD admission (first-time blocks wait in a DRAM tier of a tenth of the capacity), with
-    /// SSD blocks written per block hit.
+    /// Instead of the store replays: the store-free model of `record-lru` without and with SSD
+    /// admission (first-time blocks wait in a DRAM tier of a tenth of the capacity), by the
+    /// simple rule and by the store's adaptive one, with SSD blocks written per block hit.
     #[arg(long)]
     admission_model: bool,
     /// Instead of the store replays: per-block reference policies beside LRU (CLOCK, ARC, and
@@ -60,6 +60,10 @@ pub struct MatrixArgs {
     /// `fifo-reinsert`, to show how close any online policy gets to LRU in each cell.
     #[arg(long, conflicts_with = "admission_model")]
     reference_models: bool,
+    /// Also replay `record-lru` with adaptive SSD admission (a waiting room of a tenth of the
+    /// SSD budget), in a column of its own.
+    #[arg(long, conflicts_with_all = ["admission_model", "reference_models"])]
+    admission: bool,
 }
 
 /// One workload: its name and its block references.
@@ -175,8 +179,12 @@ fn cells(w: &Workload, a: &MatrixArgs, out: &Output) -> Result<Vec<Cell>, Failur
         let budget = Budget::ssd_blocks(blocks, cell_block_bytes(blocks, a.block_bytes));
         let capacity = budget.capacity();
         let mut policies = Vec::new();
-        for (name, policy) in Policy::ALL {
-            let dir = a.data_dir.join(name);
+        let admitting = a
+            .admission
+            .then_some((ADMITTING, Policy::RecordLru, budget.admitting()));
+        let runs = Policy::ALL.iter().map(|(n, p)| (*n, *p, budget));
+        for (name, policy, budget) in runs.chain(admitting) {
+            let dir = a.data_dir.join(name.replace(" + ", "-"));
             if dir.exists() {
                 return Err(Failure::refused(format!(
                     "{}: exists; the matrix needs fresh subdirectories",
@@ -185,7 +193,9 @@ fn cells(w: &Workload, a: &MatrixArgs, out: &Output) -> Result<Vec<Cell>, Failur
             }
             let o = replay_store(&w.trace, budget, policy, &dir);
             let _ = std::fs::remove_dir_all(&dir);
-            policies.push(o?);
+            let mut o = o?;
+            o.policy = name.to_owned();
+            policies.push(o);
         }
         let cell = Cell {
             workload: w.name.clone(),
@@ -231,14 +241,18 @@ fn cell_json(c: &Cell) -> Value {
     })
 }
 
+/// The name of the column `--admission` adds.
+const ADMITTING: &str = "record-lru + admission";
+
 /// The table's header.
-fn header() -> String {
+fn header(admission: bool) -> String {
     let mut t = String::from("| workload | seed | capacity | LRU | MIN |");
-    for (n, _) in Policy::ALL {
+    let extra = admission.then_some(ADMITTING);
+    for n in Policy::ALL.iter().map(|(n, _)| *n).chain(extra) {
         let _ = write!(t, " {n} |");
     }
     t.push_str("\n|---|---|---|---|---|");
-    t.push_str(&"---|".repeat(Policy::ALL.len()));
+    t.push_str(&"---|".repeat(Policy::ALL.len() + usize::from(admission)));
     t
 }
 
@@ -264,9 +278,10 @@ fn row(c: &Cell) -> String {
 
 /// Each policy's worst cell: its lowest ratio to LRU, and its lowest difference in points
 /// where LRU hits under 1 %.
-fn summary(cells: &[Cell]) -> String {
+fn summary(cells: &[Cell], admission: bool) -> String {
     let mut t = String::new();
-    for (i, (n, _)) in Policy::ALL.iter().enumerate() {
+    let extra = admission.then_some(ADMITTING);
+    for (i, n) in Policy::ALL.iter().map(|(n, _)| *n).chain(extra).enumerate() {
         let mut worst: [Option<(f64, String)>; 2] = [None, None];
         for c in cells {
             let Some(o) = c.policies.get(i) else { continue };
@@ -317,7 +332,7 @@ pub fn run(a: &MatrixArgs, out: &Output) -> Result<(), Failure> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     if !out.json() {
-        println!("{}", header());
+        println!("{}", header(a.admission));
     }
     let mut all = Vec::new();
     for w in &workloads {
@@ -331,7 +346,7 @@ pub fn run(a: &MatrixArgs, out: &Output) -> Result<(), Failure> {
         .flat_map(|c| &c.policies)
         .map(|o| o.mismatched)
         .sum();
-    out.emit(&summary(&all), || {
+    out.emit(&summary(&all, a.admission), || {
         json!({
             "block_bytes": a.block_bytes,
             "cells": all.iter().map(cell_json).collect::<Vec<_>>(),
@@ -415,40 +430,58 @@ fn against_lru(lru: f64, hit: f64) -> String {
     }
 }
 
-/// One model without and with admission: both hit ratios (with their ratio to `lru`), SSD
-/// blocks written per block hit by each, and how many times fewer admission writes.
-fn admission_cells(lru: f64, off: &Modelled, on: &Modelled) -> String {
-    let per_hit = |m: &Modelled| {
-        m.writes_per_hit()
-            .map_or("—".to_owned(), |w| format!("{w:.2}"))
-    };
-    let fewer = match (off.writes_per_hit(), on.writes_per_hit()) {
+/// SSD blocks written per block hit, as a table shows it.
+fn per_hit(m: &Modelled) -> String {
+    m.writes_per_hit()
+        .map_or("—".to_owned(), |w| format!("{w:.2}"))
+}
+
+/// How many times fewer SSD blocks per block hit `on` writes than `off`.
+fn fewer_writes(off: &Modelled, on: &Modelled) -> String {
+    match (off.writes_per_hit(), on.writes_per_hit()) {
         (Some(off), Some(on)) if on > 0.0 => format!("{:.2}×", off / on),
         (Some(_), Some(_)) => "no writes".to_owned(),
         _ => "—".to_owned(),
-    };
-    format!(
-        " {} | {} | {} | {} | {fewer} |",
-        against_lru(lru, off.hit_ratio()),
-        against_lru(lru, on.hit_ratio()),
-        per_hit(off),
-        per_hit(on),
-    )
+    }
 }
 
+/// A row of the admission table: LRU, then the model without admission, with the simple rule
+/// and with the adaptive one (hit ratios and ratios to LRU), the SSD blocks each writes per
+/// block hit, and how many times fewer each rule writes.
 fn admission_row(c: &ModelCell, workload: &str, seed: &str, percent: u64) -> String {
     let mut row = format!("| {workload} | {seed} | {percent} % | {:.4} |", c.lru);
-    for pair in c.models.chunks(2) {
-        if let [off, on] = pair {
-            row.push_str(&admission_cells(c.lru, off, on));
-        }
+    if let [off, simple, adaptive] = c.models.as_slice() {
+        let _ = write!(
+            row,
+            " {} | {} | {} | {} | {} | {} | {} | {} |",
+            against_lru(c.lru, off.hit_ratio()),
+            against_lru(c.lru, simple.hit_ratio()),
+            against_lru(c.lru, adaptive.hit_ratio()),
+            per_hit(off),
+            per_hit(simple),
+            per_hit(adaptive),
+            fewer_writes(off, simple),
+            fewer_writes(off, adaptive),
+        );
     }
     row
 }
 
-/// The admission table: for the models of `record-lru` and of `fifo-reinsert`, each cell's hit
-/// ratios (and ratios to LRU) without and with admission, SSD blocks written per block hit,
-/// and how many times fewer admission writes.
+/// The admission models, in their columns' order: JSON key, model.
+const ADMISSION_MODELS: [(&str, Model); 3] = [
+    ("record_lru", |t, c| record_lru(t, c, Admit::Never)),
+    ("record_lru_simple_admission", |t, c| {
+        record_lru(t, c, Admit::Always)
+    }),
+    ("record_lru_adaptive_admission", |t, c| {
+        record_lru(t, c, Admit::Chosen)
+    }),
+];
+
+/// The admission table: for the model of `record-lru`, each cell's hit ratio (and ratio to
+/// LRU) without admission, with the simple rule (every first-time block waits) and with the
+/// adaptive one (the store's), the SSD blocks each writes per block hit, and how many times
+/// fewer each rule writes.
 fn admission_table(
     workloads: &[Workload],
     capacities: &[u64],
@@ -456,22 +489,12 @@ fn admission_table(
     out: &Output,
 ) -> Result<(), Failure> {
     if !out.json() {
-        let pair = |m: &str| {
-            format!(" {m} | {m} + admission | written per hit | with admission | fewer writes |")
-        };
         println!(
-            "| workload | seed | capacity | LRU |{}{}",
-            pair("record-lru"),
-            pair("fifo-reinsert")
+            "| workload | seed | capacity | LRU | record-lru | + simple admission | + adaptive admission | written per hit | simple | adaptive | fewer writes, simple | adaptive |"
         );
-        println!("|---|---|---|---|{}", "---|".repeat(10));
+        println!("|---|---|---|---|{}", "---|".repeat(8));
     }
-    let models: [Model; 4] = [
-        |t, c| record_lru(t, c, false),
-        |t, c| record_lru(t, c, true),
-        |t, c| fifo_reinsert(t, c, false),
-        |t, c| fifo_reinsert(t, c, true),
-    ];
+    let models = ADMISSION_MODELS.map(|(_, m)| m);
     let cells = model_cells(
         workloads,
         capacities,
@@ -480,14 +503,8 @@ fn admission_table(
         admission_row,
         out,
     );
-    const NAMES: [&str; 4] = [
-        "record_lru",
-        "record_lru_admission",
-        "fifo_reinsert",
-        "fifo_reinsert_admission",
-    ];
     let mut text = String::from("\n");
-    for (i, name) in NAMES.iter().enumerate() {
+    for (i, (name, _)) in ADMISSION_MODELS.iter().enumerate() {
         let _ = writeln!(
             text,
             "{name}: worst ratio to LRU {}",
@@ -499,7 +516,7 @@ fn admission_table(
         json!({
             "cells": cells.iter().map(|c| {
                 let mut o = json!({"cell": c.at, "lru": c.lru});
-                for (name, model) in NAMES.iter().zip(&c.models) {
+                for ((name, _), model) in ADMISSION_MODELS.iter().zip(&c.models) {
                     o[*name] = m(model);
                 }
                 o
@@ -513,9 +530,7 @@ type Model = fn(&[Vec<u64>], usize) -> Modelled;
 
 /// The reference models, in their columns' order: column name, JSON key, model.
 const REFERENCE_MODELS: [(&str, &str, Model); 5] = [
-    ("fifo-reinsert model", "fifo_reinsert_model", |t, c| {
-        fifo_reinsert(t, c, false)
-    }),
+    ("fifo-reinsert model", "fifo_reinsert_model", fifo_reinsert),
     ("CLOCK", "clock", clock),
     ("ARC", "arc", arc),
     ("LRU, deepest first", "lru_deepest_first", lru_deepest_first),
@@ -599,6 +614,7 @@ mod tests {
             data_dir: dir.path().join("m"),
             admission_model: false,
             reference_models: false,
+            admission: true,
         };
         let ws = workloads(&a).expect("workloads");
         assert_eq!(
@@ -609,14 +625,18 @@ mod tests {
         let cells = cells(&ws[0], &a, &Output::new(true)).expect("the cell runs");
         assert_eq!(cells.len(), 1);
         let c = &cells[0];
-        assert_eq!(c.policies.len(), Policy::ALL.len());
+        assert_eq!(
+            c.policies.len(),
+            Policy::ALL.len() + 1,
+            "and record-lru + admission"
+        );
         assert!(c.min.hits >= c.lru.hits, "MIN is never below LRU");
         for o in &c.policies {
             assert_eq!(o.mismatched, 0, "{}", o.policy);
             assert_eq!(o.block_refs, c.lru.block_refs, "{}", o.policy);
         }
         assert!(row(&cells[0]).starts_with("| multi-turn | 1 | 10 % |"));
-        let t = summary(&cells);
+        let t = summary(&cells, true);
         for (n, _) in Policy::ALL {
             assert!(t.contains(&format!("{n}: worst ratio to LRU ")), "{t}");
         }

@@ -1,18 +1,18 @@
-//! Store-free models: the one-log reclaim policy (`fifo-reinsert`), per block, with SSD
-//! admission as an option, to measure an admission rule before the store has one; and
-//! reference policies without segments (CLOCK, ARC, LRU evicting a chain's deepest blocks
-//! first), to measure how close any online policy gets to per-block LRU.
+//! Store-free models: the one-log reclaim policy (`fifo-reinsert`) and the default,
+//! `record-lru`, per block, the latter with SSD admission as an option, to measure admission
+//! rules on every cell; and reference policies without segments (CLOCK, ARC, LRU evicting a
+//! chain's deepest blocks first), to measure how close any online policy gets to per-block LRU.
 //!
 //! The log is cut into segments of a [`SEGMENTS`]th of the capacity, as the store cuts its
 //! budget. When the blocks pass the capacity the oldest segment is reclaimed: a block read since
 //! it was written is copied forward (written again at the head), the others are dropped.
 //! Hits are the present prefix of each request; the missing blocks after it are written.
 //!
-//! With admission, a block seen for the first time is not written to the SSD log: it waits in a
-//! DRAM tier of a tenth of the capacity (LRU), and a ghost remembers its key for twice the
-//! capacity in blocks. It is written when asked for while in the DRAM tier (a hit there), or
-//! when published again while the ghost remembers it. Without admission there is no DRAM tier
-//! in the model: the store's DRAM tier holds copies of SSD records, which add no hits.
+//! With admission, a block seen for the first time while the SSD tier is full is not written:
+//! it waits in a DRAM tier of a tenth of the capacity (LRU), and a ghost remembers its key for
+//! twice the capacity in blocks. It is written when asked for while in the DRAM tier (a hit
+//! there), or when published again while the ghost remembers it. Without admission there is no
+//! DRAM tier in the model: the store's DRAM tier holds copies of SSD records, which add no hits.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
@@ -137,14 +137,17 @@ impl Admission {
         self.dram.remove(id)
     }
 
-    /// Whether `id` is to be written now (the ghost remembered it); else it waits in DRAM.
-    fn publish(&mut self, id: u64) -> bool {
+    /// Whether `id` is to be written now (the ghost remembered it, or `hold` is off); else it
+    /// waits in DRAM. Either way the ghost remembers it.
+    fn publish(&mut self, id: u64, hold: bool) -> bool {
         if self.ghost.remove(&id) {
             return true;
         }
-        self.dram.touch(id);
-        while self.dram.len() > self.dram_blocks {
-            self.dram.pop_oldest();
+        if hold {
+            self.dram.touch(id);
+            while self.dram.len() > self.dram_blocks {
+                self.dram.pop_oldest();
+            }
         }
         if self.ghost.insert(id) {
             self.ghost_order.push_back(id);
@@ -154,48 +157,34 @@ impl Admission {
                 self.ghost.remove(&old);
             }
         }
-        false
+        !hold
     }
 }
 
-/// Runs the model of `fifo-reinsert` over `trace` at `capacity` blocks, with or without
-/// admission.
-pub(crate) fn fifo_reinsert(trace: &[Vec<u64>], capacity: usize, admission: bool) -> Modelled {
+/// Runs the model of `fifo-reinsert` over `trace` at `capacity` blocks.
+pub(crate) fn fifo_reinsert(trace: &[Vec<u64>], capacity: usize) -> Modelled {
     let capacity = capacity.max(1);
-    one_log(trace, Log::new(capacity, capacity / SEGMENTS), admission)
+    one_log(trace, Log::new(capacity, capacity / SEGMENTS))
 }
 
 /// Runs per-block CLOCK over `trace` at `capacity` blocks: the model of `fifo-reinsert` with
 /// segments of one block, so no block leaves with a segment.
 pub(crate) fn clock(trace: &[Vec<u64>], capacity: usize) -> Modelled {
-    one_log(trace, Log::new(capacity.max(1), 1), false)
+    one_log(trace, Log::new(capacity.max(1), 1))
 }
 
-/// Runs `log` over `trace`, with or without admission.
-fn one_log(trace: &[Vec<u64>], mut log: Log, admission: bool) -> Modelled {
-    let capacity = log.capacity;
-    let mut adm = admission.then(|| Admission::new(capacity));
+/// Runs `log` over `trace`.
+fn one_log(trace: &[Vec<u64>], mut log: Log) -> Modelled {
     let mut out = Modelled::default();
     for ids in trace {
         out.block_refs += ids.len() as u64;
-        let present = |log: &Log, adm: &Option<Admission>, id: &u64| -> bool {
-            log.at.contains_key(id) || adm.as_ref().is_some_and(|a| a.dram.contains(*id))
-        };
-        let hit = ids.iter().take_while(|id| present(&log, &adm, id)).count();
+        let hit = ids.iter().take_while(|id| log.at.contains_key(id)).count();
         out.hits += hit as u64;
         for (i, &id) in ids.iter().enumerate() {
             if i < hit {
-                if adm.as_mut().is_some_and(|a| a.take(id)) {
-                    // Asked for again while waiting in DRAM: admitted.
-                    log.write(id);
-                } else if log.at.contains_key(&id) {
-                    log.read.insert(id);
-                }
-            } else if !present(&log, &adm, &id) {
-                let now = adm.as_mut().is_none_or(|a| a.publish(id));
-                if now {
-                    log.write(id);
-                }
+                log.read.insert(id);
+            } else if !log.at.contains_key(&id) {
+                log.write(id);
             }
         }
     }
@@ -203,45 +192,140 @@ fn one_log(trace: &[Vec<u64>], mut log: Log, admission: bool) -> Modelled {
     out
 }
 
-/// Runs the model of `record-lru` (deepest-first LRU per block, [`DeepestFirstLru`]) over
-/// `trace` at `capacity` blocks, with or without admission: with it, a block is written to
-/// the SSD tier only as [`Admission`] lets it, and until then hits only while it waits in DRAM.
-pub(crate) fn record_lru(trace: &[Vec<u64>], capacity: usize, admission: bool) -> Modelled {
-    let capacity = capacity.max(1);
-    let mut ssd = Recency::default();
-    let mut adm = admission.then(|| Admission::new(capacity));
-    let mut out = Modelled::default();
-    let mut write = Vec::new();
-    for ids in trace {
-        out.block_refs += ids.len() as u64;
-        let present = |ssd: &Recency, adm: &Option<Admission>, id: u64| {
-            ssd.contains(id) || adm.as_ref().is_some_and(|a| a.dram.contains(id))
-        };
-        let hit = ids
-            .iter()
-            .take_while(|&&id| present(&ssd, &adm, id))
-            .count();
-        out.hits += hit as u64;
-        write.clear();
+/// When the model of `record-lru` holds first-time blocks back from the SSD tier (only ever
+/// while the tier is full: while it has room, a write evicts nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admit {
+    /// Every block is written.
+    Never,
+    /// Every first-time block waits ([`Admission`]).
+    Always,
+    /// First-time blocks wait while shadows on a sample of the keys say that holding them back
+    /// loses no hit ([`Chooser`]), as the store's adaptive admission does.
+    Chosen,
+}
+
+/// The model of `record-lru` at one capacity, with the DRAM tier admission fills.
+struct RecordLru {
+    capacity: usize,
+    ssd: Recency,
+    adm: Admission,
+    write: Vec<bool>,
+}
+
+impl RecordLru {
+    fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            ssd: Recency::default(),
+            adm: Admission::new(capacity),
+            write: Vec::new(),
+        }
+    }
+
+    fn present(&self, id: u64) -> bool {
+        self.ssd.contains(id) || self.adm.dram.contains(id)
+    }
+
+    /// One request: returns its hits and the blocks it wrote to SSD. With `hold` and the SSD
+    /// tier full, first-time blocks wait in DRAM; else they are written (blocks already
+    /// waiting still wait).
+    fn request(&mut self, ids: &[u64], hold: bool) -> (u64, u64) {
+        let hold = hold && self.ssd.len() >= self.capacity;
+        let hit = ids.iter().take_while(|&&id| self.present(id)).count();
+        self.write.clear();
         for (i, &id) in ids.iter().enumerate() {
             let now = if i < hit {
                 // Asked for again while waiting in DRAM: admitted.
-                adm.as_mut().is_some_and(|a| a.take(id))
+                self.adm.take(id)
             } else {
-                !present(&ssd, &adm, id) && adm.as_mut().is_none_or(|a| a.publish(id))
+                !self.present(id) && self.adm.publish(id, hold)
             };
-            write.push(now);
+            self.write.push(now);
         }
+        let mut writes = 0;
         // Deepest first: the request's root is its most recent block.
-        for (&id, &now) in ids.iter().zip(&write).rev() {
-            if now || ssd.contains(id) {
-                out.ssd_writes += u64::from(!ssd.contains(id));
-                ssd.touch(id);
-                while ssd.len() > capacity {
-                    ssd.pop_oldest();
+        for (&id, &now) in ids.iter().zip(&self.write).rev() {
+            if now || self.ssd.contains(id) {
+                writes += u64::from(!self.ssd.contains(id));
+                self.ssd.touch(id);
+                while self.ssd.len() > self.capacity {
+                    self.ssd.pop_oldest();
                 }
             }
         }
+        (hit as u64, writes)
+    }
+}
+
+/// Chooses whether to hold first-time blocks back, as the store's adaptive admission does
+/// (`store/src/admission.rs`): two shadows of [`RecordLru`], at the sampled share of the
+/// capacity, see each sampled key's references one by one, one writing every block and one
+/// holding first-time blocks back. Holding back is chosen once the shadows have seen a
+/// capacity's worth of references and while the holding shadow's hits, decayed, are at least
+/// the other's.
+struct Chooser {
+    /// A key is sampled when its mixed id modulo 2^32 is below this.
+    below: u64,
+    all: RecordLru,
+    held: RecordLru,
+    hits_all: f64,
+    hits_held: f64,
+    decay: f64,
+    seen: u64,
+    warm: u64,
+}
+
+impl Chooser {
+    fn new(capacity: usize) -> Self {
+        let rate = (orbitkv_store::SHADOW_RECORDS as f64 / capacity as f64).min(1.0);
+        let shadow = ((capacity as f64 * rate) as usize).max(1);
+        Self {
+            below: (rate * (1u64 << 32) as f64) as u64,
+            all: RecordLru::new(shadow),
+            held: RecordLru::new(shadow),
+            hits_all: 0.0,
+            hits_held: 0.0,
+            decay: 1.0 - 1.0 / (orbitkv_store::SHADOW_WINDOW * shadow) as f64,
+            seen: 0,
+            warm: shadow as u64,
+        }
+    }
+
+    /// Sees one request; returns whether to hold its first-time blocks back.
+    fn request(&mut self, ids: &[u64]) -> bool {
+        for &id in ids {
+            let mut x = id;
+            if orbitkv_sim::payload::splitmix64(&mut x) & 0xffff_ffff >= self.below {
+                continue;
+            }
+            let (all, _) = self.all.request(&[id], false);
+            let (held, _) = self.held.request(&[id], true);
+            self.hits_all = self.hits_all * self.decay + all as f64;
+            self.hits_held = self.hits_held * self.decay + held as f64;
+            self.seen += 1;
+        }
+        self.seen >= self.warm && self.hits_held >= self.hits_all
+    }
+}
+
+/// Runs the model of `record-lru` (deepest-first LRU per block, [`DeepestFirstLru`]) over
+/// `trace` at `capacity` blocks, first-time blocks held back from the SSD tier as `admit` says;
+/// a block held back hits only while it waits in DRAM.
+pub(crate) fn record_lru(trace: &[Vec<u64>], capacity: usize, admit: Admit) -> Modelled {
+    let capacity = capacity.max(1);
+    let mut cache = RecordLru::new(capacity);
+    let mut chooser = (admit == Admit::Chosen).then(|| Chooser::new(capacity));
+    let mut out = Modelled::default();
+    for ids in trace {
+        out.block_refs += ids.len() as u64;
+        let hold = match &mut chooser {
+            Some(c) => c.request(ids),
+            None => admit == Admit::Always,
+        };
+        let (hits, writes) = cache.request(ids, hold);
+        out.hits += hits;
+        out.ssd_writes += writes;
     }
     out
 }
@@ -579,7 +663,7 @@ mod tests {
         trace.extend((100..164).map(|i| vec![i]));
         trace.push(vec![1]);
         trace.push(vec![2]);
-        let m = fifo_reinsert(&trace, 64, false);
+        let m = fifo_reinsert(&trace, 64);
         // Hits: block 1 twice (its second read finds the copy); block 2 was dropped.
         assert_eq!(m.hits, 2);
         // Writes: 66 first writes, block 1 once more (copied), block 2 again (missed).
@@ -587,42 +671,51 @@ mod tests {
     }
 
     #[test]
-    fn admission_writes_a_block_only_once_it_comes_back() {
-        // One-shot blocks are never written; a block asked for again is.
+    fn admission_holds_first_time_blocks_back_only_while_the_ssd_is_full() {
+        // Capacity 20 (a DRAM tier of 2 blocks): the first 20 blocks fill the SSD and are
+        // written; the next 30 wait in DRAM, the last two of them still there.
         let mut trace: Vec<Vec<u64>> = (0..50).map(|i| vec![i]).collect();
         trace.push(vec![49]);
-        let m = fifo_reinsert(&trace, 100, true);
-        assert_eq!(m.hits, 1, "block 49 waits in the DRAM tier of 10 blocks");
-        assert_eq!(m.ssd_writes, 1, "and is admitted when asked for");
-        let m = fifo_reinsert(&trace, 100, false);
+        let m = record_lru(&trace, 20, Admit::Always);
+        assert_eq!(m.hits, 1, "block 49 waits in the DRAM tier");
+        assert_eq!(m.ssd_writes, 20 + 1, "and is admitted when asked for");
+        let m = record_lru(&trace, 20, Admit::Never);
         assert_eq!((m.hits, m.ssd_writes), (1, 50));
         // Published again after leaving DRAM, while the ghost remembers it: written.
         let mut trace: Vec<Vec<u64>> = (0..50).map(|i| vec![i]).collect();
-        trace.push(vec![0]);
-        let m = fifo_reinsert(&trace, 100, true);
-        assert_eq!((m.hits, m.ssd_writes), (0, 1));
+        trace.push(vec![30]);
+        let m = record_lru(&trace, 20, Admit::Always);
+        assert_eq!((m.hits, m.ssd_writes), (0, 20 + 1));
     }
 
     #[test]
-    fn on_generated_traffic_admission_spares_writes() {
-        use crate::tracegen::{Params, Shape, generate};
-        let trace = |shape| -> Vec<Vec<u64>> {
-            generate(&Params::new(shape, 1, 1_000))
-                .into_iter()
-                .map(|r| r.hash_ids)
-                .collect()
-        };
-        let one_shot = trace(Shape::OneShot);
-        let m = fifo_reinsert(&one_shot, 1_000, true);
-        assert_eq!((m.hits, m.ssd_writes), (0, 0), "nothing comes back");
-        let turns = trace(Shape::MultiTurn);
-        let (off, on) = (
-            fifo_reinsert(&turns, 2_000, false),
-            fifo_reinsert(&turns, 2_000, true),
+    fn chosen_admission_holds_back_where_nothing_returns_and_not_where_turns_do() {
+        use crate::tracegen::{Params, Shape, generate, stats};
+        let trace =
+            |p: &Params| -> Vec<Vec<u64>> { generate(p).into_iter().map(|r| r.hash_ids).collect() };
+        let one_shot = trace(&Params::new(Shape::OneShot, 1, 2_000));
+        let (never, chosen) = (
+            record_lru(&one_shot, 1_000, Admit::Never),
+            record_lru(&one_shot, 1_000, Admit::Chosen),
         );
-        assert_eq!(off.block_refs, on.block_refs);
-        assert!(off.hits > 0 && on.hits > 0);
-        assert!(on.ssd_writes < off.ssd_writes, "{on:?} {off:?}");
+        assert_eq!((never.hits, chosen.hits), (0, 0), "nothing comes back");
+        assert!(
+            chosen.ssd_writes * 10 < never.ssd_writes,
+            "{chosen:?} {never:?}"
+        );
+        // Conversations of 600 users at a quarter of the blocks: a turn held back is gone
+        // from DRAM before the user returns, so holding back loses; the shadows see it.
+        let mut p = Params::new(Shape::MultiTurn, 1, 4_000);
+        (p.users, p.message_blocks, p.turns) = (600, 16, 4);
+        let turns = trace(&p);
+        let quarter = stats(&turns).distinct as usize / 4;
+        let (never, always, chosen) = (
+            record_lru(&turns, quarter, Admit::Never),
+            record_lru(&turns, quarter, Admit::Always),
+            record_lru(&turns, quarter, Admit::Chosen),
+        );
+        assert!(always.hits * 100 < never.hits * 97, "{always:?} {never:?}");
+        assert!(chosen.hits * 100 >= never.hits * 97, "{chosen:?} {never:?}");
     }
 
     #[test]
@@ -696,21 +789,19 @@ mod tests {
     }
 
     #[test]
-    fn the_record_lru_model_is_deepest_first_lru_and_admission_spares_writes() {
+    fn the_record_lru_model_is_deepest_first_lru() {
         let p = crate::tracegen::Params::new(crate::tracegen::Shape::OneShot, 1, 300);
         let trace: Vec<Vec<u64>> = crate::tracegen::generate(&p)
             .into_iter()
             .map(|r| r.hash_ids)
             .collect();
-        let plain = record_lru(&trace, 500, false);
+        let plain = record_lru(&trace, 500, Admit::Never);
         assert_eq!(plain, lru_deepest_first(&trace, 500));
-        // One-shot traffic: admission writes nothing and loses no hit.
-        let admitted = record_lru(&trace, 500, true);
-        assert_eq!((admitted.ssd_writes, admitted.hits), (0, plain.hits));
-        let reused = vec![vec![1, 2], vec![1, 2, 3], vec![1, 2, 3]];
-        let m = record_lru(&reused, 100, true);
-        // 1 and 2 wait in DRAM (a tenth of the capacity), are asked for and written; 3 likewise.
-        assert_eq!((m.hits, m.ssd_writes), (2 + 3, 3));
+        // Capacity 10: the SSD tier is full after the first request, and a DRAM tier of one
+        // block holds 11 back until it is asked for, then it is written.
+        let reused = vec![(1..=10).collect(), vec![11], vec![11], vec![11]];
+        let m = record_lru(&reused, 10, Admit::Always);
+        assert_eq!((m.hits, m.ssd_writes), (2, 11));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use orbitkv_segments::{Alignment, RecordMeta};
 use orbitkv_state::{FormatDigest, Namespace, StateKey, TokenRange};
 use orbitkv_store::{
-    Durability, Policy, StateStore, StoreConfig, ssd_bytes_holding, ssd_records_held,
+    Admission, Durability, Policy, StateStore, StoreConfig, ssd_bytes_holding, ssd_records_held,
 };
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -61,6 +61,10 @@ pub struct ReplayArgs {
     /// Run `lru`, `min` and every store policy, and print how each compares with LRU.
     #[arg(long)]
     compare: bool,
+    /// Adaptive SSD admission under `record-lru`, with a waiting room of a tenth of the SSD
+    /// budget (first-time records may wait there instead of being written).
+    #[arg(long)]
+    admission: bool,
 }
 
 /// The budgets a replay runs under.
@@ -72,6 +76,8 @@ pub(crate) struct Budget {
     pub ssd_bytes: u64,
     /// Payload bytes per block.
     pub block_bytes: u64,
+    /// The SSD admission waiting room's bytes (0: no admission).
+    pub waiting_bytes: u64,
 }
 
 impl Budget {
@@ -82,6 +88,15 @@ impl Budget {
             dram_bytes: 0,
             ssd_bytes: ssd_bytes_holding(blocks, block_bytes, Alignment::Direct),
             block_bytes,
+            waiting_bytes: 0,
+        }
+    }
+
+    /// With adaptive SSD admission, its waiting room a tenth of the SSD budget.
+    pub(crate) fn admitting(self) -> Self {
+        Self {
+            waiting_bytes: self.ssd_bytes / 10,
+            ..self
         }
     }
 
@@ -107,6 +122,10 @@ pub(crate) struct Outcome {
     seconds: f64,
     reinserted: u64,
     evicted: u64,
+    /// Blocks put that waited in DRAM (SSD admission), and those written once read there.
+    held: u64,
+    admitted: u64,
+    admission: bool,
     pub mismatched: u64,
 }
 
@@ -133,6 +152,9 @@ impl Outcome {
             "dram_hits": self.dram_hits,
             "reinserted": self.reinserted,
             "evicted": self.evicted,
+            "admission": if self.admission { "adaptive" } else { "off" },
+            "held": self.held,
+            "admitted": self.admitted,
             "mismatched": self.mismatched,
         })
     }
@@ -203,6 +225,10 @@ pub(crate) fn replay_store(
     cfg.ssd_bytes = Some(a.ssd_bytes);
     cfg.dram_bytes = a.dram_bytes;
     cfg.policy = policy;
+    cfg.admission = match a.waiting_bytes {
+        0 => Admission::Off,
+        waiting_bytes => Admission::Adaptive { waiting_bytes },
+    };
     let refused = |e: orbitkv_store::Error| Failure::refused(e.to_string());
     let store = StateStore::open(orbitkv_store::io::offline_backend(), cfg).map_err(refused)?;
     store
@@ -225,6 +251,9 @@ pub(crate) fn replay_store(
         seconds: 0.0,
         reinserted: 0,
         evicted: 0,
+        held: 0,
+        admitted: 0,
+        admission: a.waiting_bytes > 0,
         mismatched: 0,
     };
     let start = Instant::now();
@@ -285,7 +314,9 @@ pub(crate) fn replay_store(
     o.dram_hits = s.dram_hits;
     o.reinserted = s.reinserted_records;
     o.evicted = s.evicted_records;
-    o.bytes_written += s.reinserted_records * a.block_bytes;
+    o.held = s.held_records;
+    o.admitted = s.admitted_records;
+    o.bytes_written += (s.reinserted_records + s.admitted_records) * a.block_bytes;
     store.close().map_err(refused)?;
     Ok(o)
 }
@@ -299,12 +330,14 @@ fn put(store: &StateStore, bundle: &mut Vec<(RecordMeta, Vec<u8>)>) -> Result<u6
         .iter()
         .map(|(m, p)| (m.clone(), p.as_slice()))
         .collect();
-    store
+    let receipt = store
         .put(&records)
         .map_err(|e| Failure::refused(format!("put: {e}")))?;
-    let bytes = bundle.iter().map(|(_, p)| p.len() as u64).sum();
+    // Blocks are one size: the records written are those not held back.
+    let bytes: u64 = bundle.iter().map(|(_, p)| p.len() as u64).sum();
+    let written = bytes / records.len() as u64 * (records.len() - receipt.held) as u64;
     bundle.clear();
-    Ok(bytes)
+    Ok(written)
 }
 
 /// Per-block LRU on the trace: hits are the present prefix; then every block of the request
@@ -389,13 +422,16 @@ pub(crate) fn simulated(trace: &[Vec<u64>], name: &str, capacity: usize) -> Outc
         seconds: start.elapsed().as_secs_f64(),
         reinserted: 0,
         evicted: 0,
+        held: 0,
+        admitted: 0,
+        admission: false,
         mismatched: 0,
     }
 }
 
 fn text(o: &Outcome) -> String {
     format!(
-        "{}{}: {} requests, {} block refs, {} hits, hit ratio {:.4}, {} DRAM hits, {} copied forward, {} evicted, {} mismatched, {:.1} s\n",
+        "{}{}: {} requests, {} block refs, {} hits, hit ratio {:.4}, {} DRAM hits, {} copied forward, {} evicted, {} mismatched, {:.1} s{}\n",
         o.policy,
         if o.simulated { " (simulated)" } else { "" },
         o.requests,
@@ -406,7 +442,15 @@ fn text(o: &Outcome) -> String {
         o.reinserted,
         o.evicted,
         o.mismatched,
-        o.seconds
+        o.seconds,
+        if o.admission {
+            format!(
+                "; admission: {} blocks held back, {} written once read, {} SSD bytes written",
+                o.held, o.admitted, o.bytes_written
+            )
+        } else {
+            String::new()
+        }
     )
 }
 
@@ -420,6 +464,12 @@ pub fn run(a: &ReplayArgs, out: &Output) -> Result<(), Failure> {
         dram_bytes: a.dram_bytes,
         ssd_bytes: a.ssd_bytes,
         block_bytes: a.block_bytes,
+        waiting_bytes: 0,
+    };
+    let budget = if a.admission {
+        budget.admitting()
+    } else {
+        budget
     };
     let capacity = budget.capacity();
     let outcomes = if a.compare {

@@ -18,10 +18,10 @@ use orbitkv_manager::metrics::Exporter;
 use orbitkv_manager::peer::PeerPolicy;
 use orbitkv_manager::server::{Server, ServerConfig};
 use orbitkv_segments::Alignment;
-use orbitkv_store::{Durability, Policy, StateStore, StoreConfig};
+use orbitkv_store::{Admission, Durability, Policy, StateStore, StoreConfig};
 
 use crate::Failure;
-use crate::config::{ServeConfig, parse_fraction, parse_interval, parse_policy};
+use crate::config::{ServeConfig, parse_admission, parse_fraction, parse_interval, parse_policy};
 use crate::output::Output;
 
 /// `serve` arguments.
@@ -60,6 +60,15 @@ pub struct ServeArgs {
     /// [default: record-lru].
     #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
     policy: Option<Policy>,
+    /// SSD admission under record-lru: adaptive (while the tier is full, a page published for
+    /// the first time may wait in DRAM, readable and not durable, where holding it back loses
+    /// no hit) or off [default: adaptive].
+    #[arg(long, value_name = "MODE", value_parser = parse_admission)]
+    admission: Option<bool>,
+    /// The admission waiting room, taken from the DRAM tier's budget [default: a tenth of the
+    /// SSD budget, at most half the DRAM budget].
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
+    waiting_bytes: Option<u64>,
     /// How often sealed segments are compacted in the background (`30s`, `500ms`; `0` or `off`
     /// disables it) [default: 30s].
     #[arg(long, value_name = "INTERVAL", value_parser = parse_interval)]
@@ -285,6 +294,28 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
     } else if let Some(name) = &cap.policy {
         cfg.policy = parse_policy(name).map_err(|e| refused(format!("capacity.policy = {e}")))?;
     }
+    let admission = match (a.admission, &cap.admission) {
+        (Some(on), _) => on,
+        (None, Some(text)) => {
+            parse_admission(text).map_err(|e| refused(format!("capacity.admission = {e}")))?
+        }
+        (None, None) => true,
+    };
+    // The DRAM budget as configured: the DRAM tier's copies and the admission waiting room.
+    let dram_total = cfg.dram_bytes;
+    if admission && cfg.policy == Policy::RecordLru {
+        let ssd = cfg.ssd_bytes.unwrap_or(0);
+        let waiting = a
+            .waiting_bytes
+            .or(cap.waiting_bytes.map(|s| s.0))
+            .unwrap_or((ssd / 10).min(cfg.dram_bytes / 2))
+            .min(cfg.dram_bytes);
+        // The waiting room is the DRAM tier's memory too: the two share its budget.
+        cfg.dram_bytes -= waiting;
+        cfg.admission = Admission::Adaptive {
+            waiting_bytes: waiting,
+        };
+    }
     let compact_every = a
         .compact_interval
         .or(cap.compact_interval.map(|i| i.0))
@@ -380,13 +411,19 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
     };
     out.emit(
         &format!(
-            "orbitkv serve: listening on {}\nmetrics: http://{}/metrics\ndata: {} ({backend}; DRAM tier {} bytes, SSD tier {} bytes, {} reclaim)\ncompaction: {compaction_text}\npages: {gpu}\n",
+            "orbitkv serve: listening on {}\nmetrics: http://{}/metrics\ndata: {} ({backend}; DRAM tier {} bytes, SSD tier {} bytes, {} reclaim)\nadmission: {}\ncompaction: {compaction_text}\npages: {gpu}\n",
             socket.display(),
             exporter.addr(),
             data_dir.display(),
-            cfg.dram_bytes,
+            dram_total,
             ssd,
-            cfg.policy.name()
+            cfg.policy.name(),
+            match cfg.admission {
+                Admission::Off => "off".to_owned(),
+                Admission::Adaptive { waiting_bytes } => format!(
+                    "adaptive, a waiting room of {waiting_bytes} bytes of the DRAM tier's"
+                ),
+            },
         ),
         || {
             serde_json::json!({
@@ -394,9 +431,11 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
             "metrics": format!("http://{}/metrics", exporter.addr()),
             "data_dir": data_dir.display().to_string(),
             "io": backend,
-            "dram_bytes": cfg.dram_bytes,
+            "dram_bytes": dram_total,
             "ssd_bytes": ssd,
             "policy": cfg.policy.name(),
+            "admission": if cfg.admission == Admission::Off { "off" } else { "adaptive" },
+            "waiting_bytes": cfg.admission.waiting_bytes().unwrap_or(0),
             "compact_interval_ms": compaction.map(|(e, _)| e.as_millis() as u64),
             "compact_threshold": compaction.map(|(_, t)| t),
             "pages": gpu,

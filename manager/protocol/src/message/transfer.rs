@@ -201,10 +201,13 @@ pub enum PageStatus {
     /// This record can never be stored as named (its token range conflicts with a stored
     /// record of its key, or it is too large); other pages are unaffected.
     Rejected,
+    /// Stored in the daemon's DRAM, waiting for SSD admission: readable (a Query proves it),
+    /// not durable (a restart loses it). Not a failure: do not publish it again.
+    Held,
 }
 
 impl PageStatus {
-    const ALL: [PageStatus; 12] = [
+    const ALL: [PageStatus; 13] = [
         PageStatus::Ok,
         PageStatus::StaleGeneration,
         PageStatus::StaleEpoch,
@@ -217,6 +220,7 @@ impl PageStatus {
         PageStatus::Refused,
         PageStatus::RetryLater,
         PageStatus::Rejected,
+        PageStatus::Held,
     ];
 
     /// The wire code.
@@ -239,6 +243,7 @@ impl PageStatus {
             PageStatus::Refused => "refused",
             PageStatus::RetryLater => "retry_later",
             PageStatus::Rejected => "rejected",
+            PageStatus::Held => "held",
         }
     }
 

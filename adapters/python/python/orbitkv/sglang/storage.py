@@ -580,7 +580,11 @@ class OrbitKVStorage(HiCacheStorage):
         still, arrived = take_replies(conn, mine, timeout)
         for reply in arrived.values():
             if isinstance(reply, orbitkv.Pages) and not reply.all_ok:
-                self.stats["durable_failures"] += sum(st != "ok" for st in reply.statuses)
+                # `held`: stored in the daemon's DRAM for SSD admission, readable, not durable.
+                self.stats["held_pages"] += sum(st == "held" for st in reply.statuses)
+                self.stats["durable_failures"] += sum(
+                    st not in ("ok", "held") for st in reply.statuses
+                )
         with self._lock:
             self.durable_wait[:0] = [(conn, r) for r in still]
             return not self.durable_wait

@@ -146,7 +146,12 @@ class WorkerSide:
         )
         weights.watch_vllm_workers()
         self.stats = Counters(
-            "loaded_bytes", "published_bytes", "load_failures", "durable_pages", "publish_failures"
+            "loaded_bytes",
+            "published_bytes",
+            "load_failures",
+            "durable_pages",
+            "held_pages",
+            "publish_failures",
         )
 
     # -- the pool ----------------------------------------------------------------------------
@@ -459,6 +464,9 @@ class WorkerSide:
                 for status in reply.statuses:
                     if status == "ok":
                         self.stats.add("durable_pages")
+                    elif status == "held":
+                        # Stored in the daemon's DRAM for SSD admission: readable, not durable.
+                        self.stats.add("held_pages")
                     else:
                         self.stats.add("publish_failures")
                         self.stats.add(f"publish_{status}")
