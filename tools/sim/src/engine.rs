@@ -155,6 +155,9 @@ pub struct Pages {
     pub published_bytes: u64,
     /// Pages of a Load or Publish the daemon reported failed.
     pub failed: u64,
+    /// Of the pages published, those the daemon holds in DRAM for SSD admission (stored, not
+    /// durable).
+    pub held: u64,
     /// Loaded bytes that differ from what the computation produces (must be 0).
     pub wrong_bytes: u64,
 }
@@ -167,6 +170,7 @@ impl Pages {
         self.published += other.published;
         self.published_bytes += other.published_bytes;
         self.failed += other.failed;
+        self.held += other.held;
         self.wrong_bytes += other.wrong_bytes;
     }
 }
@@ -348,6 +352,7 @@ struct Done {
     ok: u64,
     bytes: u64,
     failed: u64,
+    held: u64,
     wrong_bytes: u64,
     pages: Vec<(u32, u32, PageStatus, u64)>,
     /// The worker's seal, in the first result it sends (once registered).
@@ -501,6 +506,7 @@ impl Worker {
                 // only `Ok` is acknowledged.
                 if matches!(st, PageStatus::Ok | PageStatus::Held) {
                     ok += 1;
+                    done.held += u64::from(*st == PageStatus::Held);
                     done.bytes += self
                         .region(it.group)
                         .map_or(0, |g| self.inst.group_page_bytes_at(&g, self.rank));
@@ -950,6 +956,7 @@ impl SimEngine {
             out.pages.published += d.ok;
             out.pages.published_bytes += d.bytes;
             out.pages.failed += d.failed;
+            out.pages.held += d.held;
         }
         out.micros = started.elapsed().as_micros() as u64;
         Ok(out)

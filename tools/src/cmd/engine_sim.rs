@@ -351,6 +351,7 @@ pub fn report_json(r: &Report) -> Value {
         "published_pages": r.pages.published,
         "published_bytes": r.pages.published_bytes,
         "failed_pages": r.pages.failed,
+        "held_pages": r.pages.held,
         "wrong_bytes": r.pages.wrong_bytes,
         "unproven": r.unproven,
         "p50_us": r.percentile_us(50.0),

@@ -311,10 +311,12 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
             .unwrap_or((ssd / 10).min(cfg.dram_bytes / 2))
             .min(cfg.dram_bytes);
         // The waiting room is the DRAM tier's memory too: the two share its budget.
-        cfg.dram_bytes -= waiting;
-        cfg.admission = Admission::Adaptive {
-            waiting_bytes: waiting,
-        };
+        if waiting > 0 {
+            cfg.dram_bytes -= waiting;
+            cfg.admission = Admission::Adaptive {
+                waiting_bytes: waiting,
+            };
+        }
     }
     let compact_every = a
         .compact_interval

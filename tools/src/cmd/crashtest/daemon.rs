@@ -42,6 +42,8 @@ pub struct DaemonOptions {
     pub compact_threshold: f64,
     /// Its SSD policy.
     pub policy: orbitkv_store::Policy,
+    /// Its SSD admission waiting room (0: admission off); the DRAM tier holds nothing else.
+    pub waiting_bytes: u64,
 }
 
 /// What the harness is doing, seen by whoever kills the daemon.
@@ -232,7 +234,11 @@ impl Daemon {
             .arg("--socket")
             .arg(&socket)
             .args(["--metrics", "127.0.0.1:0", "--log-level", "debug"])
-            .args(["--dram-bytes", "0", "--policy", o.policy.name()])
+            .arg("--dram-bytes")
+            .arg(o.waiting_bytes.to_string())
+            .arg("--waiting-bytes")
+            .arg(o.waiting_bytes.to_string())
+            .args(["--policy", o.policy.name()])
             .arg("--ssd-bytes")
             .arg(o.ssd_bytes.to_string())
             .arg("--segment-bytes")

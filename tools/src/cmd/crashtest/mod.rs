@@ -69,6 +69,10 @@ pub struct CrashtestArgs {
     /// The daemon's SSD policy.
     #[arg(long, value_name = "POLICY", default_value = "record-lru", value_parser = crate::config::parse_policy)]
     policy: Policy,
+    /// Run the daemon with adaptive SSD admission (under record-lru), its waiting room a tenth
+    /// of the SSD budget: pages it holds back (`held`) are stored, never acknowledged durable.
+    #[arg(long)]
+    admission: bool,
     /// Most page bytes acknowledged in one cycle before the kill, at most a quarter of the SSD
     /// budget [default: an eighth of it].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
@@ -625,6 +629,7 @@ pub fn run(a: &CrashtestArgs, out: &Output) -> Result<(), Failure> {
             compact_interval: a.compact_interval,
             compact_threshold: a.compact_threshold,
             policy: a.policy,
+            waiting_bytes: if a.admission { a.ssd_bytes / 10 } else { 0 },
         },
         specs,
         namespaces: vec![None; n],
@@ -759,6 +764,7 @@ pub fn run(a: &CrashtestArgs, out: &Output) -> Result<(), Failure> {
             "cycles_compacting": t.cycles_compacting,
             "requests": t.engines.requests,
             "loaded_pages": t.engines.pages.loaded,
+            "held_pages": t.engines.pages.held,
             "load_wrong_bytes": t.engines.pages.wrong_bytes,
             "unproven": t.engines.unproven,
             "engine_errors": t.engine_errors,
