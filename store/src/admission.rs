@@ -143,8 +143,10 @@ impl Shadow {
     }
 }
 
-/// Chooses whether to hold first-time records back (see the module's documentation).
-struct Chooser {
+/// Chooses whether to hold first-time records back (see the module's documentation). Public so
+/// that the store-free model of `record-lru` (`orbitkv bench matrix --admission-model`) decides
+/// as the store does.
+pub struct AdmissionChooser {
     /// A key is sampled when its mixed fingerprint's low 32 bits are below this.
     below: u64,
     all: Shadow,
@@ -156,10 +158,10 @@ struct Chooser {
     warm: u64,
 }
 
-impl Chooser {
+impl AdmissionChooser {
     /// Shadows for an SSD budget of `budget` bytes and a room of `room` bytes, sampled for
     /// records taking about `record` bytes each.
-    fn new(budget: u64, room: u64, record: u64) -> Self {
+    pub fn new(budget: u64, room: u64, record: u64) -> Self {
         let records = (budget / record.max(1)).max(1);
         let rate = (SHADOW_RECORDS as f64 / records as f64).min(1.0);
         let shadow_records = ((records as f64 * rate) as u64).max(1);
@@ -177,7 +179,9 @@ impl Chooser {
         }
     }
 
-    fn reference(&mut self, fp: u64, len: u64) {
+    /// One use of the record whose key has fingerprint `fp`, taking `len` bytes: a put, a
+    /// read or a pin.
+    pub fn reference(&mut self, fp: u64, len: u64) {
         if !sampled(fp, self.below) {
             return;
         }
@@ -189,7 +193,7 @@ impl Chooser {
     }
 
     /// Whether first-time records are held back now.
-    fn holds(&self) -> bool {
+    pub fn holds(&self) -> bool {
         self.seen >= self.warm && self.hits_held >= self.hits_all
     }
 }
@@ -226,7 +230,7 @@ struct Inner {
     asked: HashSet<StateKey>,
     ghost: Ghost,
     /// Made at the first put, when the records' size is first seen.
-    chooser: Option<Chooser>,
+    chooser: Option<AdmissionChooser>,
 }
 
 /// The admission state.
@@ -311,7 +315,7 @@ impl Admission {
         if inner.chooser.is_none() {
             let bytes: u64 = records.iter().map(|(_, p)| footprint(p.len() as u64)).sum();
             let mean = (bytes / records.len().max(1) as u64).max(1);
-            let c = Chooser::new(inner.budget, inner.room_bytes, mean);
+            let c = AdmissionChooser::new(inner.budget, inner.room_bytes, mean);
             self.below.store(c.below, Ordering::Relaxed);
             inner.chooser = Some(c);
         }
@@ -438,14 +442,14 @@ mod tests {
 
     #[test]
     fn the_chooser_holds_back_where_nothing_returns() {
-        let mut c = Chooser::new(1 << 20, 100 << 10, 1 << 10);
+        let mut c = AdmissionChooser::new(1 << 20, 100 << 10, 1 << 10);
         assert_eq!(c.below, 1 << 32, "a small budget is shadowed whole");
         for fp in 0..4_000u64 {
             c.reference(fp, 1 << 10);
         }
         assert!(c.holds(), "one-shot keys: holding back loses nothing");
         // Every key comes back once, after more keys than the room holds: holding back loses.
-        let mut c = Chooser::new(1 << 20, 100 << 10, 1 << 10);
+        let mut c = AdmissionChooser::new(1 << 20, 100 << 10, 1 << 10);
         for round in 0..40u64 {
             for fp in 0..200u64 {
                 c.reference(round * 200 + fp, 1 << 10);
@@ -459,7 +463,7 @@ mod tests {
 
     #[test]
     fn a_large_budget_is_sampled() {
-        let c = Chooser::new(1 << 40, 1 << 36, 1 << 20);
+        let c = AdmissionChooser::new(1 << 40, 1 << 36, 1 << 20);
         let rate = c.below as f64 / (1u64 << 32) as f64;
         assert!((rate - SHADOW_RECORDS as f64 / (1 << 20) as f64).abs() < 1e-6);
         assert_eq!(c.warm, SHADOW_RECORDS as u64);

@@ -68,7 +68,7 @@ use orbitkv_state::{Namespace, StateKey};
 use orbitkv_wal::{ManifestRecord, NamespaceInfo, SegmentState};
 
 use crate::active::{Active, SegmentFile};
-pub use crate::admission::{SHADOW_RECORDS, SHADOW_WINDOW};
+pub use crate::admission::{AdmissionChooser, SHADOW_RECORDS, SHADOW_WINDOW};
 pub use crate::compactor::{CompactReport, SegmentStat};
 pub use crate::config::{
     Admission, DEFAULT_SEGMENT_BYTES, Durability, MAX_BUNDLE_BYTES, MAX_SEGMENT_BYTES,

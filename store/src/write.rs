@@ -79,6 +79,17 @@ pub struct PutReceipt {
     pub held: usize,
 }
 
+/// Refuses records of a namespace not registered.
+fn registered<'a>(w: &Writer, metas: impl Iterator<Item = &'a RecordMeta>) -> Result<()> {
+    for meta in metas {
+        let namespaces = &w.manifest.state.snapshot.namespaces;
+        if !namespaces.contains_key(&meta.key.namespace) {
+            return Err(Error::UnknownNamespace(meta.key.namespace));
+        }
+    }
+    Ok(())
+}
+
 /// The index entry of a record waiting in DRAM for SSD admission.
 fn waiting_record(meta: &RecordMeta, payload: &[u8], sequence: u64) -> Record {
     Record {
@@ -529,17 +540,7 @@ impl StateStore {
         let first = {
             let mut w = self.writer();
             self.check_writable(&mut w)?;
-            for (meta, _) in &held {
-                if !w
-                    .manifest
-                    .state
-                    .snapshot
-                    .namespaces
-                    .contains_key(&meta.key.namespace)
-                {
-                    return Err(Error::UnknownNamespace(meta.key.namespace));
-                }
-            }
+            registered(&w, held.iter().map(|(m, _)| m))?;
             let first = w.next_sequence;
             w.next_sequence += held.len() as u64;
             first
@@ -816,16 +817,8 @@ impl StateStore {
         need: u64,
     ) -> Result<Log> {
         self.check_writable(w)?;
+        registered(w, metas.clone())?;
         for meta in metas.clone() {
-            if !w
-                .manifest
-                .state
-                .snapshot
-                .namespaces
-                .contains_key(&meta.key.namespace)
-            {
-                return Err(Error::UnknownNamespace(meta.key.namespace));
-            }
             let probe = Record {
                 tier: Tier::Ssd,
                 segment: 0,

@@ -16,6 +16,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
+use orbitkv_store::AdmissionChooser;
+
 /// Segments per capacity, as the store's budget.
 const SEGMENTS: usize = orbitkv_store::SEGMENTS_PER_BUDGET as usize;
 
@@ -201,7 +203,7 @@ pub(crate) enum Admit {
     /// Every first-time block waits ([`Admission`]).
     Always,
     /// First-time blocks wait while shadows on a sample of the keys say that holding them back
-    /// loses no hit ([`Chooser`]), as the store's adaptive admission does.
+    /// loses no hit: the store's own [`AdmissionChooser`] decides.
     Chosen,
 }
 
@@ -258,69 +260,27 @@ impl RecordLru {
     }
 }
 
-/// Chooses whether to hold first-time blocks back, as the store's adaptive admission does
-/// (`store/src/admission.rs`): two shadows of [`RecordLru`], at the sampled share of the
-/// capacity, see each sampled key's references one by one, one writing every block and one
-/// holding first-time blocks back. Holding back is chosen once the shadows have seen a
-/// capacity's worth of references and while the holding shadow's hits, decayed, are at least
-/// the other's.
-struct Chooser {
-    /// A key is sampled when its mixed id modulo 2^32 is below this.
-    below: u64,
-    all: RecordLru,
-    held: RecordLru,
-    hits_all: f64,
-    hits_held: f64,
-    decay: f64,
-    seen: u64,
-    warm: u64,
-}
-
-impl Chooser {
-    fn new(capacity: usize) -> Self {
-        let rate = (orbitkv_store::SHADOW_RECORDS as f64 / capacity as f64).min(1.0);
-        let shadow = ((capacity as f64 * rate) as usize).max(1);
-        Self {
-            below: (rate * (1u64 << 32) as f64) as u64,
-            all: RecordLru::new(shadow),
-            held: RecordLru::new(shadow),
-            hits_all: 0.0,
-            hits_held: 0.0,
-            decay: 1.0 - 1.0 / (orbitkv_store::SHADOW_WINDOW * shadow) as f64,
-            seen: 0,
-            warm: shadow as u64,
-        }
-    }
-
-    /// Sees one request; returns whether to hold its first-time blocks back.
-    fn request(&mut self, ids: &[u64]) -> bool {
-        for &id in ids {
-            let mut x = id;
-            if orbitkv_sim::payload::splitmix64(&mut x) & 0xffff_ffff >= self.below {
-                continue;
-            }
-            let (all, _) = self.all.request(&[id], false);
-            let (held, _) = self.held.request(&[id], true);
-            self.hits_all = self.hits_all * self.decay + all as f64;
-            self.hits_held = self.hits_held * self.decay + held as f64;
-            self.seen += 1;
-        }
-        self.seen >= self.warm && self.hits_held >= self.hits_all
-    }
-}
-
 /// Runs the model of `record-lru` (deepest-first LRU per block, [`DeepestFirstLru`]) over
 /// `trace` at `capacity` blocks, first-time blocks held back from the SSD tier as `admit` says;
 /// a block held back hits only while it waits in DRAM.
 pub(crate) fn record_lru(trace: &[Vec<u64>], capacity: usize, admit: Admit) -> Modelled {
     let capacity = capacity.max(1);
     let mut cache = RecordLru::new(capacity);
-    let mut chooser = (admit == Admit::Chosen).then(|| Chooser::new(capacity));
+    // The store's chooser, every block one unit long: the SSD tier holds `capacity` of them.
+    let mut chooser = (admit == Admit::Chosen).then(|| {
+        let c = capacity as u64;
+        AdmissionChooser::new(c, c / 10, 1)
+    });
     let mut out = Modelled::default();
     for ids in trace {
         out.block_refs += ids.len() as u64;
         let hold = match &mut chooser {
-            Some(c) => c.request(ids),
+            Some(c) => {
+                for &id in ids {
+                    c.reference(id, 1);
+                }
+                c.holds()
+            }
             None => admit == Admit::Always,
         };
         let (hits, writes) = cache.request(ids, hold);
