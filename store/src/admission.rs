@@ -61,9 +61,9 @@ impl<K: Hash + Eq + Copy> Lru<K> {
         self.at.contains_key(k)
     }
 
-    /// Makes `k` the most recent (adding it with `len` bytes if absent).
+    /// Makes `k` the most recent, `len` bytes long.
     fn touch(&mut self, k: K, len: u64) {
-        let len = self.remove(&k).unwrap_or(len);
+        self.remove(&k);
         self.tick += 1;
         self.at.insert(k, (self.tick, len));
         self.order.insert(self.tick, k);
@@ -211,7 +211,8 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// A record waiting in DRAM.
+/// A record waiting in DRAM. One the index no longer names (written, put again, retired)
+/// stays until the room lets it go, unreachable: reads go through the index or a pin.
 pub(crate) struct Waiting {
     pub(crate) meta: RecordMeta,
     pub(crate) sequence: u64,
@@ -335,11 +336,18 @@ impl Admission {
                 .remember(fp, GHOST_PER_RECORD * ssd_records.max(1));
             hold.push(holds && full && !remembered && eligible(i));
         }
+        // The records read stay in the room, unmarked, until the index names them written: a
+        // reader meanwhile still finds them.
         let mut asked = Vec::new();
         for key in std::mem::take(&mut inner.asked) {
-            inner.order.remove(&key);
-            if let Some(w) = inner.waiting.remove(&key) {
-                asked.push(w);
+            if let Some(w) = inner.waiting.get_mut(&key) {
+                w.asked = false;
+                asked.push(Waiting {
+                    meta: w.meta.clone(),
+                    sequence: w.sequence,
+                    payload: w.payload.clone(),
+                    asked: false,
+                });
             }
         }
         Decision { hold, asked }
@@ -400,15 +408,6 @@ impl Admission {
             c.reference(fingerprint(key), footprint(payload.payload().len() as u64));
         }
         Some(payload)
-    }
-
-    /// Forgets `key`'s waiting record (it was written, or put again).
-    pub(crate) fn forget(&self, key: &StateKey) {
-        if let Some(mut inner) = self.inner() {
-            inner.order.remove(key);
-            inner.asked.remove(key);
-            inner.waiting.remove(key);
-        }
     }
 
     /// Records waiting and the bytes they take (as frames).

@@ -42,8 +42,8 @@ pub enum Admission {
     /// the tier is full and shadows of it measure that holding back loses no hit, a record
     /// [`StateStore::put`] stores for the first time waits in a waiting room of
     /// `waiting_bytes` of DRAM. It is written once read there, or put again while the ghost
-    /// remembers its key. A waiting record is readable, and not durable.
-    /// [`StateStore::put_frames`] writes every record.
+    /// remembers its key. A waiting record is readable, and not durable. [`StateStore::put`]
+    /// and [`StateStore::put_frames`] both hold records back.
     Adaptive {
         /// The waiting room's bytes, its records counted as frames (header and payload, in
         /// 4 KiB pages).

@@ -88,7 +88,12 @@ impl StateStore {
         let record = self.index.get(key)?;
         let id = u64::from(record.segment);
         let source = if record.tier == Tier::Dram {
-            Source::Waiting(self.admission.read(key, record.sequence)?)
+            let Some(frame) = self.admission.read(key, record.sequence) else {
+                // It left the waiting room: so does its entry.
+                self.index.remove(key, Some(record.sequence));
+                return None;
+            };
+            Source::Waiting(frame)
         } else {
             if self.is_quarantined(id) {
                 return None;

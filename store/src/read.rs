@@ -59,8 +59,10 @@ impl StateStore {
             return miss(self);
         };
         if rec.tier == Tier::Dram {
-            // Waiting for admission: served from the waiting room, or a miss once it left.
+            // Waiting for admission: served from the waiting room, or a miss once it left (the
+            // entry goes then, if the room's eviction has not taken it out already).
             let Some(frame) = self.admission.read(key, rec.sequence) else {
+                self.index.remove(key, Some(rec.sequence));
                 return miss(self);
             };
             out.clear();

@@ -68,14 +68,14 @@ pub struct FramesPut {
 /// What a put did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PutReceipt {
-    /// Sequence of the bundle's first record.
+    /// Sequence of the bundle's first record (of the first written, where some were).
     pub first_sequence: u64,
-    /// Records written.
+    /// Records of the bundle, written or held.
     pub records: usize,
-    /// Whether every record of the bundle is durable now.
+    /// Whether the records written are durable now.
     pub durable: bool,
     /// Records that wait in DRAM instead of being written ([`crate::Admission`]): readable,
-    /// not durable. Their sequences follow the written records'.
+    /// never durable. They take sequences of their own, after the written records'.
     pub held: usize,
 }
 
@@ -451,10 +451,6 @@ impl StateStore {
         } else {
             Some(self.put_written(&written)?)
         };
-        for (m, _) in &written {
-            // Put again while it waited: the written record replaced it in the index.
-            self.admission.forget(&m.key);
-        }
         Ok(self.receipt_with(receipt, self.hold(held)?, records.len(), &hold))
     }
 
@@ -501,65 +497,112 @@ impl StateStore {
         PutReceipt {
             first_sequence: written.map_or(first_held, |r| r.first_sequence),
             records,
-            durable: held == 0 && written.is_none_or(|r| r.durable),
+            durable: written.is_none_or(|r| r.durable),
             held,
         }
     }
 
-    /// Writes the waiting records read since the last put, each under a new sequence, where
-    /// the index still names it waiting. A failed write drops them: a later read misses.
+    /// Writes the waiting records read since the last put, under new sequences, in bundles of
+    /// at most half a segment. Each bundle is written only if, under the writer's lock, the
+    /// index still names every record of it waiting and none is retired: a record put again or
+    /// retired since must not come back. A bundle that fails the check is tried record by
+    /// record; a failed write drops its records (a later read misses).
     fn admit_asked(&self, asked: Vec<crate::admission::Waiting>) {
-        let asked: Vec<_> = asked
-            .into_iter()
-            .filter(|w| {
-                self.index
-                    .get(&w.meta.key)
-                    .is_some_and(|r| r.tier == Tier::Dram && r.sequence == w.sequence)
-            })
-            .collect();
-        if asked.is_empty() {
-            return;
+        let cap = usize::try_from(self.segment_bytes() / 2).unwrap_or(usize::MAX);
+        let mut at = 0;
+        while at < asked.len() {
+            let mut bytes = 0;
+            let end = at
+                + asked[at..]
+                    .iter()
+                    .take_while(|w| {
+                        bytes += w.payload.payload().len();
+                        bytes <= cap || bytes == w.payload.payload().len()
+                    })
+                    .count()
+                    .max(1);
+            let chunk = &asked[at..end];
+            if !self.admit_chunk(chunk) {
+                for one in chunk {
+                    self.admit_chunk(std::slice::from_ref(one));
+                }
+            }
+            at = end;
         }
-        let records: Vec<(RecordMeta, &[u8])> = asked
+    }
+
+    /// Writes `chunk` as one bundle if every record of it still waits (see
+    /// [`StateStore::admit_asked`]); false when one no longer does and nothing was written.
+    fn admit_chunk(&self, chunk: &[crate::admission::Waiting]) -> bool {
+        let records: Vec<(RecordMeta, &[u8])> = chunk
             .iter()
             .map(|w| (w.meta.clone(), w.payload.payload()))
             .collect();
-        match self.put_written(&records) {
-            Ok(_) => Stats::add(&self.stats.admitted_records, records.len() as u64),
+        let waiting = || {
+            chunk.iter().all(|w| {
+                !self.is_retired(&w.meta.key.namespace, w.sequence)
+                    && self
+                        .index
+                        .get(&w.meta.key)
+                        .is_some_and(|r| r.tier == Tier::Dram && r.sequence == w.sequence)
+            })
+        };
+        let written = self.encode(&records).and_then(|mut enc| {
+            let r = self.put_encoded_if(&records, &mut enc, true, &waiting);
+            enc.recycle();
+            r
+        });
+        match written {
+            Ok(Some(_)) => {
+                Stats::add(&self.stats.admitted_records, records.len() as u64);
+                true
+            }
+            Ok(None) => chunk.len() == 1,
             Err(e) => {
                 tracing::warn!("records read while waiting were not written: {e}");
-                for w in &asked {
+                for w in chunk {
                     self.index.remove(&w.meta.key, Some(w.sequence));
                 }
+                true
             }
         }
     }
 
-    /// Indexes `held` as waiting in DRAM, under sequences taken now; returns the first.
+    /// Lets `held` wait in DRAM and indexes them there, under sequences taken now, all under
+    /// the writer's lock (so a retirement or a write of the same key comes wholly before or
+    /// after); returns the first sequence. The room takes each record before the index names
+    /// it, so a reader the index sends finds it, unless the room has let it go since.
     fn hold(&self, held: Vec<(RecordMeta, Arc<FrameBuf>)>) -> Result<u64> {
-        let first = {
-            let mut w = self.writer();
-            self.check_writable(&mut w)?;
-            registered(&w, held.iter().map(|(m, _)| m))?;
-            let first = w.next_sequence;
-            w.next_sequence += held.len() as u64;
-            first
-        };
+        let mut w = self.writer();
+        self.check_writable(&mut w)?;
+        registered(&w, held.iter().map(|(m, _)| m))?;
+        let first = w.next_sequence;
+        w.next_sequence += held.len() as u64;
         for (i, (meta, frame)) in held.into_iter().enumerate() {
             let sequence = first + i as u64;
-            // Checked by `Index::prepare` when admission chose it: not expected.
-            if let Err(e) =
-                self.index_record(&meta.key, waiting_record(&meta, frame.payload(), sequence))
-            {
-                tracing::error!("a waiting record could not be indexed: {e}");
+            let key = meta.key;
+            // Written meanwhile by another put: that record stands.
+            if self.index.get(&key).is_some_and(|r| r.tier == Tier::Ssd) {
                 continue;
             }
-            // Indexed before the room has it: a read between the two misses.
-            for (key, sequence) in self.admission.wait(meta, sequence, frame) {
-                self.index.remove(&key, Some(sequence));
+            let rec = waiting_record(&meta, frame.payload(), sequence);
+            let mut itself = false;
+            for (k, seq) in self.admission.wait(meta, sequence, frame) {
+                if (k, seq) == (key, sequence) {
+                    itself = true;
+                } else {
+                    self.index.remove(&k, Some(seq));
+                }
                 Stats::add(&self.stats.dropped_waiting, 1);
             }
             Stats::add(&self.stats.held_records, 1);
+            if itself {
+                continue;
+            }
+            // Checked by `Index::prepare` when admission chose it: not expected.
+            if let Err(e) = self.index_record(&key, rec) {
+                tracing::error!("a waiting record could not be indexed: {e}");
+            }
         }
         Ok(first)
     }
@@ -675,7 +718,6 @@ impl StateStore {
             self.decide(&views)
         };
         let all = std::mem::take(records);
-        let metas: Vec<RecordMeta> = all.iter().map(|(m, _)| m.clone()).collect();
         let (mut written, mut held) = (Vec::new(), Vec::new());
         for ((meta, frame), h) in all.into_iter().zip(&hold) {
             if *h {
@@ -703,12 +745,6 @@ impl StateStore {
             }
         };
         let (receipt, mut memory) = wrote.map_or((None, Vec::new()), |(r, m)| (Some(r), m));
-        for (meta, h) in metas.iter().zip(&hold) {
-            if !h {
-                // Put again while it waited: the written record replaced it in the index.
-                self.admission.forget(&meta.key);
-            }
-        }
         let held_frames = held
             .into_iter()
             .map(|(meta, frame)| (meta, Arc::new(frame)))
@@ -915,7 +951,23 @@ impl StateStore {
         enc: &mut Encoded,
         dram: bool,
     ) -> Result<PutReceipt> {
+        self.put_encoded_if(records, enc, dram, &|| true)?
+            .ok_or(Error::WritesRefused(WriteRefusal::SealedOff))
+    }
+
+    /// [`StateStore::put_encoded`], once `still` says yes under the writer's lock; `None`
+    /// (nothing written) when it says no.
+    fn put_encoded_if(
+        &self,
+        records: &[(RecordMeta, &[u8])],
+        enc: &mut Encoded,
+        dram: bool,
+        still: &dyn Fn() -> bool,
+    ) -> Result<Option<PutReceipt>> {
         let mut w = self.writer();
+        if !still() {
+            return Ok(None);
+        }
         let log = self.admit(
             &mut w,
             records.iter().map(|(m, _)| m),
@@ -939,6 +991,7 @@ impl StateStore {
         };
         let written = active.len - before;
         self.index_appended(&mut w, log, written, &entries, records, dram)
+            .map(Some)
     }
 
     /// Accounts for records just appended to `log` (`written` bytes, `entries` in order of
@@ -1027,6 +1080,15 @@ impl StateStore {
     /// Indexes `rec` of `key` (newer wins); returns the record it replaced, noting where a
     /// superseded one still lies.
     fn index_record(&self, key: &StateKey, rec: Record) -> Result<Option<Record>> {
+        // A written record replaces a waiting one of its key, whatever their sequences: a
+        // record staged before its key was held back (its sync comes later) must not stand
+        // behind a copy in DRAM.
+        if rec.tier == Tier::Ssd
+            && let Some(cur) = self.index.get(key)
+            && cur.tier == Tier::Dram
+        {
+            self.index.remove(key, Some(cur.sequence));
+        }
         let previous = match self.index.insert(key, rec)? {
             Insert::Replaced { previous } => Some(previous),
             Insert::Inserted | Insert::Kept { .. } => None,

@@ -94,7 +94,6 @@ pub fn parse_fraction(text: &str) -> Result<f64, String> {
     }
 }
 
-/// Parses a reclaim policy name (`record-lru`, `s3-fifo`, `fifo`, `fifo-reinsert`).
 /// Parses an SSD admission setting: `adaptive` or `off` (true: adaptive).
 pub fn parse_admission(text: &str) -> Result<bool, String> {
     match text.trim() {
@@ -104,6 +103,7 @@ pub fn parse_admission(text: &str) -> Result<bool, String> {
     }
 }
 
+/// Parses a reclaim policy name (`record-lru`, `s3-fifo`, `fifo`, `fifo-reinsert`).
 pub fn parse_policy(text: &str) -> Result<Policy, String> {
     Policy::ALL
         .iter()

@@ -60,6 +60,9 @@ pub struct MatrixArgs {
     /// `fifo-reinsert`, to show how close any online policy gets to LRU in each cell.
     #[arg(long, conflicts_with = "admission_model")]
     reference_models: bool,
+    /// Store policies replayed (default: every one).
+    #[arg(long, value_delimiter = ',', value_parser = crate::config::parse_policy)]
+    policies: Vec<Policy>,
     /// Also replay `record-lru` with adaptive SSD admission (a waiting room of a tenth of the
     /// SSD budget), in a column of its own.
     #[arg(long, conflicts_with_all = ["admission_model", "reference_models"])]
@@ -182,7 +185,7 @@ fn cells(w: &Workload, a: &MatrixArgs, out: &Output) -> Result<Vec<Cell>, Failur
         let admitting = a
             .admission
             .then_some((ADMITTING, Policy::RecordLru, budget.admitting()));
-        let runs = Policy::ALL.iter().map(|(n, p)| (*n, *p, budget));
+        let runs = replayed(a).map(|(n, p)| (n, p, budget));
         for (name, policy, budget) in runs.chain(admitting) {
             let dir = a.data_dir.join(name.replace(" + ", "-"));
             if dir.exists() {
@@ -241,18 +244,29 @@ fn cell_json(c: &Cell) -> Value {
     })
 }
 
+/// The store policies `a` replays, in the table's order.
+fn replayed(a: &MatrixArgs) -> impl Iterator<Item = (&'static str, Policy)> + '_ {
+    Policy::ALL
+        .iter()
+        .copied()
+        .filter(|(_, p)| a.policies.is_empty() || a.policies.contains(p))
+}
+
 /// The name of the column `--admission` adds.
 const ADMITTING: &str = "record-lru + admission";
 
 /// The table's header.
-fn header(admission: bool) -> String {
+fn header(a: &MatrixArgs) -> String {
     let mut t = String::from("| workload | seed | capacity | LRU | MIN |");
-    let extra = admission.then_some(ADMITTING);
-    for n in Policy::ALL.iter().map(|(n, _)| *n).chain(extra) {
+    let names: Vec<&str> = replayed(a)
+        .map(|(n, _)| n)
+        .chain(a.admission.then_some(ADMITTING))
+        .collect();
+    for n in &names {
         let _ = write!(t, " {n} |");
     }
     t.push_str("\n|---|---|---|---|---|");
-    t.push_str(&"---|".repeat(Policy::ALL.len() + usize::from(admission)));
+    t.push_str(&"---|".repeat(names.len()));
     t
 }
 
@@ -278,10 +292,10 @@ fn row(c: &Cell) -> String {
 
 /// Each policy's worst cell: its lowest ratio to LRU, and its lowest difference in points
 /// where LRU hits under 1 %.
-fn summary(cells: &[Cell], admission: bool) -> String {
+fn summary(cells: &[Cell], a: &MatrixArgs) -> String {
     let mut t = String::new();
-    let extra = admission.then_some(ADMITTING);
-    for (i, n) in Policy::ALL.iter().map(|(n, _)| *n).chain(extra).enumerate() {
+    let extra = a.admission.then_some(ADMITTING);
+    for (i, n) in replayed(a).map(|(n, _)| n).chain(extra).enumerate() {
         let mut worst: [Option<(f64, String)>; 2] = [None, None];
         for c in cells {
             let Some(o) = c.policies.get(i) else { continue };
@@ -332,7 +346,7 @@ pub fn run(a: &MatrixArgs, out: &Output) -> Result<(), Failure> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     if !out.json() {
-        println!("{}", header(a.admission));
+        println!("{}", header(a));
     }
     let mut all = Vec::new();
     for w in &workloads {
@@ -346,7 +360,7 @@ pub fn run(a: &MatrixArgs, out: &Output) -> Result<(), Failure> {
         .flat_map(|c| &c.policies)
         .map(|o| o.mismatched)
         .sum();
-    out.emit(&summary(&all, a.admission), || {
+    out.emit(&summary(&all, a), || {
         json!({
             "block_bytes": a.block_bytes,
             "cells": all.iter().map(cell_json).collect::<Vec<_>>(),
@@ -614,6 +628,7 @@ mod tests {
             data_dir: dir.path().join("m"),
             admission_model: false,
             reference_models: false,
+            policies: Vec::new(),
             admission: true,
         };
         let ws = workloads(&a).expect("workloads");
@@ -636,7 +651,7 @@ mod tests {
             assert_eq!(o.block_refs, c.lru.block_refs, "{}", o.policy);
         }
         assert!(row(&cells[0]).starts_with("| multi-turn | 1 | 10 % |"));
-        let t = summary(&cells, true);
+        let t = summary(&cells, &a);
         for (n, _) in Policy::ALL {
             assert!(t.contains(&format!("{n}: worst ratio to LRU ")), "{t}");
         }

@@ -305,11 +305,17 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
     let dram_total = cfg.dram_bytes;
     if admission && cfg.policy == Policy::RecordLru {
         let ssd = cfg.ssd_bytes.unwrap_or(0);
-        let waiting = a
-            .waiting_bytes
-            .or(cap.waiting_bytes.map(|s| s.0))
-            .unwrap_or((ssd / 10).min(cfg.dram_bytes / 2))
-            .min(cfg.dram_bytes);
+        let waiting = match a.waiting_bytes.or(cap.waiting_bytes.map(|s| s.0)) {
+            Some(w) if w > cfg.dram_bytes => {
+                return Err(refused(format!(
+                    "waiting_bytes = {w}: the admission waiting room is taken from the DRAM \
+                     budget ({} bytes); ask for less, or for more DRAM",
+                    cfg.dram_bytes
+                )));
+            }
+            Some(w) => w,
+            None => (ssd / 10).min(cfg.dram_bytes / 2),
+        };
         // The waiting room is the DRAM tier's memory too: the two share its budget.
         if waiting > 0 {
             cfg.dram_bytes -= waiting;
