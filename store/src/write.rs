@@ -734,12 +734,14 @@ impl StateStore {
             match self.put_frames_written(&mut written, prepared) {
                 Ok(r) => Some(r),
                 Err(e) => {
-                    // Refused before anything was written: the records go back in order.
+                    // Nothing held yet: the records the write left go back, in order (all of
+                    // them where it was refused before writing anything).
                     let (mut w, mut h) = (written.into_iter(), held.into_iter());
-                    records.extend(
-                        hold.iter()
-                            .filter_map(|h_| if *h_ { h.next() } else { w.next() }),
-                    );
+                    records.extend(hold.iter().filter_map(
+                        |held| {
+                            if *held { h.next() } else { w.next() }
+                        },
+                    ));
                     return Err(e);
                 }
             }
