@@ -38,9 +38,9 @@ pub enum Durability {
 pub enum Admission {
     /// Every record put is written.
     Off,
-    /// Adaptive ([`crate::admission`]): under [`Policy::RecordLru`] with an SSD budget, while
-    /// the tier is full and shadows of it measure that holding back loses no hit, a record
-    /// [`StateStore::put`] stores for the first time waits in a waiting room of
+    /// Adaptive (decided by an [`crate::AdmissionChooser`]): under [`Policy::RecordLru`] with an
+    /// SSD budget, while the tier is full and shadows of it measure that holding back loses no
+    /// hit, a record [`StateStore::put`] stores for the first time waits in a waiting room of
     /// `waiting_bytes` of DRAM. It is written once read there, or put again while the ghost
     /// remembers its key. A waiting record is readable, and not durable. [`StateStore::put`]
     /// and [`StateStore::put_frames`] both hold records back.
