@@ -45,6 +45,16 @@ fn one_shot(store: &StateStore, n: u64) {
     store.sync().unwrap();
 }
 
+/// One-shot traffic of 1,000 records, then the last two that wait in DRAM, newest first.
+fn two_waiting(store: &StateStore) -> (u64, u64) {
+    one_shot(store, 1_000);
+    let waiting: Vec<u64> = (0..1_000)
+        .filter(|&i| tier(store, i) == Some(Tier::Dram))
+        .collect();
+    assert!(waiting.len() >= 2, "{waiting:?}");
+    (waiting[waiting.len() - 1], waiting[waiting.len() - 2])
+}
+
 #[test]
 fn one_shot_traffic_waits_in_dram_once_the_tier_is_full_and_is_served_exactly() {
     let io = FaultIo::new();
@@ -132,11 +142,7 @@ fn a_record_read_while_waiting_is_written_before_a_newer_put_and_never_once_reti
     let io = FaultIo::new();
     {
         let store = open_with(&io, admitting(100, 20));
-        one_shot(&store, 1_000);
-        let waiting: Vec<u64> = (0..1_000)
-            .filter(|&i| tier(&store, i) == Some(Tier::Dram))
-            .collect();
-        let (i, j) = (waiting[waiting.len() - 1], waiting[waiting.len() - 2]);
+        let (i, j) = two_waiting(&store);
         // `j` read, then put again with other bytes: the put writes `j` as read first, then
         // the new bytes, which stand.
         assert_eq!(check(&store, 1, j, LEN), Some(true));
@@ -165,11 +171,7 @@ fn a_record_read_while_waiting_is_written_before_a_newer_put_and_never_once_reti
 fn a_pin_reads_a_waiting_record_and_retirement_refuses_it() {
     let io = FaultIo::new();
     let store = open_with(&io, admitting(100, 20));
-    one_shot(&store, 1_000);
-    let waiting: Vec<u64> = (0..1_000)
-        .filter(|&i| tier(&store, i) == Some(Tier::Dram))
-        .collect();
-    let (i, j) = (waiting[waiting.len() - 1], waiting[waiting.len() - 2]);
+    let (i, j) = two_waiting(&store);
     let pin = store.pin(&key(i)).unwrap();
     // A pin is a read: the record is written at the next put; the pin keeps its bytes.
     put_range(&store, 1, 1_000, 1_001, LEN);

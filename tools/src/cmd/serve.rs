@@ -429,7 +429,7 @@ pub fn run(a: &ServeArgs, out: &Output) -> Result<(), Failure> {
             match cfg.admission {
                 Admission::Off => "off".to_owned(),
                 Admission::Adaptive { waiting_bytes } => format!(
-                    "adaptive, a waiting room of {waiting_bytes} bytes of the DRAM tier's"
+                    "adaptive, a waiting room of {waiting_bytes} bytes taken from the DRAM budget"
                 ),
             },
         ),
