@@ -284,8 +284,13 @@ impl Admission {
 
     /// Notes a use of an SSD record of `key` (`len` payload bytes) for the shadows.
     pub(crate) fn used(&self, key: &StateKey, len: u64) {
+        // 0 while admission is off or has no chooser yet: the read path hashes nothing.
+        let below = self.below.load(Ordering::Relaxed);
+        if below == 0 {
+            return;
+        }
         let fp = fingerprint(key);
-        if !sampled(fp, self.below.load(Ordering::Relaxed)) {
+        if !sampled(fp, below) {
             return;
         }
         if let Some(mut inner) = self.inner()
